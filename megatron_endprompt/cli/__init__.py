@@ -1,0 +1,1 @@
+"""Command-line entry points (thin: parse flags, call the library, print one-line errors)."""

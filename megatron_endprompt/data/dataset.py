@@ -1,0 +1,237 @@
+"""``EndPromptGPTDataset``: Megatron-Core's ``GPTDataset`` plus EndPrompt positions and weights.
+
+It is built through ``BlendedMegatronDatasetBuilder`` exactly like ``GPTDataset`` (same
+``--data-path`` blends, ``--split``, seed, epochs and index cache) and returns the same keys
+and dtypes (``tokens``/``labels`` int64 ``[P]``, ``loss_mask`` float32 ``[P]``,
+``position_ids`` int64 ``[P]``, ``attention_mask`` bool ``[1, P, P]`` when asked), so
+Megatron's batch broadcast over TP works unchanged.
+
+Per prefix:
+
+* with a sidecar (``PREFIX.endprompt``): one stored document is one sample of ``P + 1``
+  tokens; samples are shuffled per epoch with Megatron's own document shuffle; positions and
+  loss weights come from the sample's layout record;
+* without one (short-context "replay" data): plain ``GPTDataset`` behaviour — documents
+  packed into ``P + 1`` windows, contiguous positions, weight 1.
+
+Megatron conventions kept for EndPrompt samples: the last input's label is the stored extra
+token (``add_extra_token_to_sequence``; without it the last label is padding with weight 0);
+with ``eod_mask_loss`` the weight of every position whose *input* token is EOD is 0 (as
+``GPTDataset`` does); padding labels get weight 0; the batch-padding sample (``idx=None``) has
+an all-zero ``loss_mask``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from megatron.core.datasets.utils import Split
+
+from megatron_endprompt.compat import build_document_index
+from megatron_endprompt.data.sidecar import Sidecar, read_sidecar, sidecar_path
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class EndPromptDatasetConfig(GPTDatasetConfig):
+    """``GPTDatasetConfig`` plus the training-side EndPrompt settings checked against sidecars."""
+
+    endprompt_target_length: int | None = None
+    """``L`` the run trains for; every sidecar must have been built for it (None: no check)."""
+
+    endprompt_terminal_loss_weight: float | None = None
+    """Override the sidecar's terminal weight ``w`` at training time (None: keep the sidecar's)."""
+
+    endprompt_context_loss_weight: float | None = None
+    """Override the sidecar's context weight (None: keep the sidecar's)."""
+
+    endprompt_require_sidecar: bool = False
+    """Refuse prefixes without a sidecar instead of treating them as plain replay data."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.endprompt_terminal_loss_weight is not None and not self.endprompt_terminal_loss_weight > 0:
+            raise ValueError(
+                f"endprompt_terminal_loss_weight={self.endprompt_terminal_loss_weight} must be > 0"
+            )
+        if self.endprompt_context_loss_weight is not None and self.endprompt_context_loss_weight < 0:
+            raise ValueError(
+                f"endprompt_context_loss_weight={self.endprompt_context_loss_weight} must be >= 0"
+            )
+
+
+def load_checked_sidecar(prefix: str, config: EndPromptDatasetConfig) -> Sidecar | None:
+    """The prefix's sidecar, verified against its data and the training config; ``None`` for
+    a plain prefix. Raises :class:`UserError` naming both files/flags on any mismatch."""
+    path = sidecar_path(prefix)
+    if not os.path.exists(path):
+        if config.endprompt_require_sidecar:
+            raise UserError(f"{prefix}: no EndPrompt sidecar {path}; run "
+                            "tools/preprocess_endprompt.py for this prefix")
+        return None
+    sidecar = read_sidecar(path, prefix=prefix)
+    layout = sidecar.layout
+    if layout.seq_length != config.sequence_length:
+        raise UserError(
+            f"{path} was built for --seq-length {layout.seq_length} but training uses "
+            f"--seq-length {config.sequence_length}; re-run preprocessing or fix --seq-length"
+        )
+    L = config.endprompt_target_length
+    if L is not None and layout.target_length != L:
+        raise UserError(
+            f"{path} was built for target length L={layout.target_length} but training says "
+            f"--endprompt-target-length {L}; re-run preprocessing with --target-length {L} "
+            "or fix the flag"
+        )
+    if config.reset_position_ids or config.reset_attention_mask:
+        raise UserError(
+            f"{path}: --reset-position-ids/--reset-attention-mask cannot be combined with "
+            "EndPrompt positions; drop those flags"
+        )
+    return sidecar
+
+
+class EndPromptGPTDataset(GPTDataset):
+    """See the module docstring. Constructed by ``BlendedMegatronDatasetBuilder``."""
+
+    def __init__(
+        self,
+        indexed_dataset: IndexedDataset,
+        dataset_path: str | None,
+        indexed_indices: np.ndarray,
+        num_samples: int | None,
+        index_split: Split,
+        config: EndPromptDatasetConfig,
+    ) -> None:
+        # Decided before GPTDataset.__init__, which builds the indices through
+        # ``_build_document_sample_shuffle_indices`` (overridden below).
+        self.sidecar = load_checked_sidecar(dataset_path, config) if dataset_path else None
+        super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples,
+                         index_split, config)
+        if self.sidecar is not None:
+            layout = self.sidecar.layout
+            self._terminal_w = float(config.endprompt_terminal_loss_weight
+                                     or layout.terminal_loss_weight)
+            cw = config.endprompt_context_loss_weight
+            self._context_w = float(layout.context_loss_weight if cw is None else cw)
+            self._causal_mask = None
+
+    @staticmethod
+    def _key_config_attributes() -> list[str]:
+        """Cache key: Megatron's attributes plus the EndPrompt ones (and, per prefix, the
+        sidecar fingerprint — added in ``_build_document_sample_shuffle_indices``)."""
+        return GPTDataset._key_config_attributes() + [
+            "add_extra_token_to_sequence",
+            "endprompt_target_length",
+            "endprompt_terminal_loss_weight",
+            "endprompt_context_loss_weight",
+        ]
+
+    # -- indices -----------------------------------------------------------------------
+    def _build_document_sample_shuffle_indices(self):
+        if self.sidecar is None:
+            return super()._build_document_sample_shuffle_indices()
+        if self.config.defer_npy_index_mmap or self.config.fast_cache_load:
+            raise UserError(f"{self.dataset_path}: --dataloader-defer-npy-index-mmap and "
+                            "--dataloader-fast-cache-load are not supported for EndPrompt prefixes")
+        if len(self.sidecar.records) != len(self.dataset.sequence_lengths):
+            raise UserError(f"{self.sidecar.path}: {len(self.sidecar.records)} records but "
+                            f"{self.dataset_path}.idx has {len(self.dataset.sequence_lengths)} "
+                            "sequences; re-run tools/preprocess_endprompt.py")
+        # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
+        self.unique_identifiers["endprompt_sidecar"] = self.sidecar.header.idx_sha256
+        self.unique_identifiers["endprompt_layout"] = self.sidecar.header.layout
+        import hashlib
+        import json
+
+        self.unique_description = json.dumps(self.unique_identifiers, indent=4,
+                                             default=lambda o: o.unique_identifiers)
+        self.unique_description_hash = hashlib.md5(self.unique_description.encode("utf-8"),
+                                                   usedforsecurity=False).hexdigest()
+        sample_index = self._load_or_build_sample_index()
+        return sample_index, None, None
+
+    def _num_epochs_and_final_split(self) -> tuple[int, bool]:
+        n = len(self.indices)
+        if self.num_samples is None or n == 0:
+            return 1, False
+        epochs = max(1, -(-self.num_samples // n))
+        from_final = self.num_samples - (epochs - 1) * n
+        # Megatron's rule: a final epoch used for < 80% is shuffled separately.
+        return epochs, epochs > 1 and from_final < int(0.8 * n)
+
+    def _load_or_build_sample_index(self) -> np.ndarray:
+        """Epoch-shuffled stored-document ids, one per sample; cached like ``GPTDataset``."""
+        cache = self.config.path_to_cache
+        if cache is None and not self.config.mock:
+            cache = os.path.join(self.dataset.path_prefix, "cache", f"{type(self).__name__}_indices")
+        base = f"{self.unique_description_hash}-{type(self).__name__}-{self.index_split.name}"
+        path = os.path.join(cache, f"{base}-endprompt_sample_index.npy")
+        desc = os.path.join(cache, f"{base}-description.txt")
+        if os.path.isfile(path) and os.path.isfile(desc):
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        t0 = time.time()
+        epochs, separate = self._num_epochs_and_final_split()
+        index = build_document_index(self.indices, epochs, self.config.random_seed, separate)
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+            os.makedirs(cache, exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}.npy"
+            np.save(tmp, index, allow_pickle=False)
+            os.replace(tmp, path)
+            with open(desc + f".tmp-{os.getpid()}", "w") as f:
+                f.write(self.unique_description)
+            os.replace(desc + f".tmp-{os.getpid()}", desc)
+        logger.info("built %s %s index: %d samples, %d epochs in %.3fs", type(self).__name__,
+                    self.index_split.name, len(index), epochs, time.time() - t0)
+        return index
+
+    # -- samples -----------------------------------------------------------------------
+    def __len__(self) -> int:
+        if self.sidecar is None:
+            return super().__len__()
+        return len(self.document_index)
+
+    def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
+        if self.sidecar is None:
+            return super().__getitem__(idx)
+        P = self.config.sequence_length
+        doc = int(self.document_index[0 if idx is None else idx])
+        text = self.dataset.get(doc)
+        record = self.sidecar.records[doc]
+        extra = self.config.add_extra_token_to_sequence
+        tokens = torch.from_numpy(text[:P].astype(np.int64))
+        if extra:
+            labels = torch.from_numpy(text[1 : P + 1].astype(np.int64))
+        else:
+            labels = torch.roll(tokens, shifts=-1)
+            labels[-1] = self._pad_token_id
+
+        position_ids = torch.from_numpy(positions_from_record(record, P))
+        loss_mask = torch.from_numpy(loss_weights_from_record(
+            record, P, context_weight=self._context_w, terminal_weight=self._terminal_w))
+
+        if self.config.eod_mask_loss:
+            loss_mask[tokens == self.config.tokenizer.eod] = 0.0
+        loss_mask[labels == self._pad_token_id] = 0.0
+        tokens[tokens == self._pad_token_id] = 0
+        labels[labels == self._pad_token_id] = 0
+        if idx is None:
+            loss_mask.zero_()
+        sample = {"tokens": tokens, "labels": labels}
+        if self.config.create_attention_mask:
+            if self._causal_mask is None:
+                self._causal_mask = torch.tril(torch.ones(P, P)).unsqueeze(0) < 0.5
+            sample["attention_mask"] = self._causal_mask
+        sample["loss_mask"] = loss_mask
+        sample["position_ids"] = position_ids
+        return sample

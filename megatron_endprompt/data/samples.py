@@ -1,0 +1,193 @@
+"""Cut tokenized documents into EndPrompt samples of exactly ``P + 1`` tokens.
+
+Each sample is stored as one Megatron document of ``P + 1`` tokens (``P`` inputs plus the
+label of the last input, Megatron's ``add_extra_token_to_sequence`` convention), together with
+its layout record. The terminal sources:
+
+* ``continuation``: the corpus is one stream (documents concatenated, EOD-separated with
+  ``--append-eod``, exactly as ``GPTDataset`` packs); windows of ``P + 1`` tokens with stride
+  ``P``; the terminal is the window's last ``b`` inputs — the text simply continues.
+* ``document-tail``: a document of ``n >= P + 1`` tokens gives one sample, its first ``a``
+  tokens then its last ``b + 1`` tokens; the middle is not used (counted in the summary).
+* ``prompt``: the stream gives ``a = P - len(prompt)`` context tokens, followed by the prompt
+  and the EOD token as the final label; a prompt is drawn per sample from the set.
+
+Documents shorter than one sample are never dropped: they are packed with their neighbours
+(for ``document-tail`` the packed group acts as one document). Only the stream's final
+remainder, too short for one more sample, is left out, and it is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from megatron_endprompt.layout import LayoutConfig, make_record, sample_rng
+
+TERMINAL_SOURCES: tuple[str, ...] = ("continuation", "document-tail", "prompt")
+
+
+@dataclass(kw_only=True)
+class SampleStats:
+    """Counters for the preprocessing summary."""
+
+    samples: int = 0
+    """Samples emitted."""
+    docs: int = 0
+    """Documents fed in."""
+    docs_shorter_than_sample: int = 0
+    """Documents with fewer than ``P + 1`` tokens (packed with neighbours)."""
+    tokens_in: int = 0
+    """Tokens fed in (EOD included)."""
+    tokens_unused_middle: int = 0
+    """``document-tail``: tokens between a document's context and its tail."""
+    tokens_left_over: int = 0
+    """Tokens at the end of the stream that could not fill one more sample."""
+    prompt_counts: list[int] = field(default_factory=list)
+    """``prompt``: how often each prompt was drawn."""
+
+
+class _Stream:
+    """A FIFO of token arrays with cheap ``take``."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self.size = 0
+
+    def push(self, tokens: np.ndarray) -> None:
+        self._parts.append(tokens)
+        self.size += len(tokens)
+
+    def peek(self, n: int) -> np.ndarray:
+        """The first ``n`` tokens (``n <= size``), merging parts as needed."""
+        if len(self._parts[0]) < n:
+            self._parts = [np.concatenate(self._parts)]
+        return self._parts[0][:n]
+
+    def drop(self, n: int) -> None:
+        """Discard the first ``n`` tokens."""
+        self.size -= n
+        while n:
+            head = self._parts[0]
+            if len(head) <= n:
+                n -= len(head)
+                self._parts.pop(0)
+            else:
+                self._parts[0] = head[n:]
+                n = 0
+
+    def take_all(self) -> np.ndarray:
+        out = np.concatenate(self._parts) if self._parts else np.empty(0, np.int64)
+        self._parts, self.size = [], 0
+        return out
+
+
+class SampleMaker:
+    """Turns documents into ``(tokens [P + 1] int64, record [2N] int32)`` samples, in order.
+
+    The layout of sample ``i`` (and, for prompts, which prompt) comes from
+    ``sample_rng(seed, i)``, so the output does not depend on the number of workers.
+    """
+
+    def __init__(
+        self,
+        layout: LayoutConfig,
+        *,
+        terminal_source: str,
+        terminal_length: int | None,
+        prompts: list[np.ndarray] | None = None,
+        eod: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if terminal_source not in TERMINAL_SOURCES:
+            raise ValueError(
+                f"terminal source {terminal_source!r} unknown; use --terminal-source "
+                f"{' | '.join(TERMINAL_SOURCES)}"
+            )
+        if terminal_source == "prompt":
+            if not prompts:
+                raise ValueError("terminal source 'prompt' needs at least one prompt")
+            if eod is None:
+                raise ValueError("terminal source 'prompt' needs the tokenizer's EOD id")
+            for p in prompts:
+                layout.check_terminal_length(len(p))
+        else:
+            if terminal_length is None:
+                raise ValueError(f"--terminal-source {terminal_source} needs --terminal-length")
+            layout.check_terminal_length(terminal_length)
+        self.layout = layout
+        self.source = terminal_source
+        self.b = terminal_length
+        self.prompts = prompts or []
+        self.eod = eod
+        self.seed = seed
+        self.stats = SampleStats(prompt_counts=[0] * len(self.prompts))
+        self._stream = _Stream()
+        self._pending: tuple[np.random.Generator, int] | None = None
+
+    # -- per sample randomness ---------------------------------------------------------
+    def _next_draw(self) -> tuple[np.random.Generator, int]:
+        """Generator and prompt index (or -1) of the next sample; drawn once, then kept."""
+        if self._pending is None:
+            rng = sample_rng(self.seed, self.stats.samples)
+            choice = int(rng.integers(len(self.prompts))) if self.prompts else -1
+            self._pending = (rng, choice)
+        return self._pending
+
+    def _emit(self, tokens: np.ndarray, terminal_length: int) -> tuple[np.ndarray, np.ndarray]:
+        rng, choice = self._next_draw()
+        record = make_record(self.layout, terminal_length=terminal_length, rng=rng)
+        self._pending = None
+        self.stats.samples += 1
+        if choice >= 0:
+            self.stats.prompt_counts[choice] += 1
+        assert len(tokens) == self.layout.seq_length + 1
+        return tokens, record
+
+    # -- feeding -----------------------------------------------------------------------
+    def add_document(self, tokens: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Feed one tokenized document; yields the samples it completes."""
+        P = self.layout.seq_length
+        self.stats.docs += 1
+        self.stats.tokens_in += len(tokens)
+        if len(tokens) < P + 1:
+            self.stats.docs_shorter_than_sample += 1
+        if self.source == "document-tail":
+            yield from self._add_document_tail(tokens)
+            return
+        self._stream.push(tokens)
+        if self.source == "continuation":
+            while self._stream.size >= P + 1:
+                window = self._stream.peek(P + 1).copy()
+                self._stream.drop(P)
+                yield self._emit(window, self.b)
+        else:
+            while True:
+                _, choice = self._next_draw()
+                prompt = self.prompts[choice]
+                a = P - len(prompt)
+                if self._stream.size < a:
+                    break
+                sample = np.concatenate([self._stream.peek(a), prompt, [self.eod]])
+                self._stream.drop(a)
+                yield self._emit(sample, len(prompt))
+
+    def _add_document_tail(self, tokens: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        P, b = self.layout.seq_length, self.b
+        if len(tokens) < P + 1:
+            # Too short on its own: pack with neighbours into one pseudo-document.
+            self._stream.push(tokens)
+            if self._stream.size < P + 1:
+                return
+            tokens = self._stream.take_all()
+        a = P - b
+        self.stats.tokens_unused_middle += len(tokens) - (P + 1)
+        yield self._emit(np.concatenate([tokens[:a], tokens[len(tokens) - b - 1 :]]), b)
+
+    def finish(self) -> None:
+        """Record what is left in the stream (too short for one more sample)."""
+        left = self._stream.size
+        self.stats.tokens_left_over += left
+        self._stream.take_all()

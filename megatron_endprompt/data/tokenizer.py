@@ -1,0 +1,76 @@
+"""Tokenizers for preprocessing, built by Megatron-Core's own builders.
+
+``TokenizerSpec`` is what gets pickled to worker processes and recorded in the sidecar; each
+worker builds its tokenizer once from it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from megatron_endprompt.errors import UserError
+
+_NEEDS_FILE = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
+               "TikTokenizer"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerSpec:
+    """How to build the tokenizer (Megatron's ``--tokenizer-type`` / ``--tokenizer-model``)."""
+
+    tokenizer_type: str
+    """Megatron tokenizer type, e.g. ``HuggingFaceTokenizer`` (Llama-3), ``GPTSentencePieceTokenizer``."""
+
+    tokenizer_model: str | None = None
+    """Model file (SentencePiece/TikToken) or HF directory/name; unused by ``NullTokenizer``."""
+
+    vocab_size: int | None = None
+    """Vocabulary size for ``NullTokenizer`` (token ids are the whitespace-separated integers)."""
+
+    def as_dict(self) -> dict:
+        """For the sidecar header."""
+        return asdict(self)
+
+
+def check_tokenizer_spec(spec: TokenizerSpec) -> None:
+    """Refuse an unknown type or an unreadable model path before any worker starts."""
+    from megatron_endprompt.compat import supported_tokenizer_types
+
+    types = supported_tokenizer_types()
+    if spec.tokenizer_type not in types:
+        raise UserError(
+            f"--tokenizer-type {spec.tokenizer_type} is not supported; use one of {', '.join(types)}"
+        )
+    if spec.tokenizer_type == "NullTokenizer":
+        if not spec.vocab_size:
+            raise UserError("--tokenizer-type NullTokenizer needs --vocab-size")
+        return
+    path = spec.tokenizer_model
+    if not path:
+        raise UserError(f"--tokenizer-type {spec.tokenizer_type} needs --tokenizer-model PATH")
+    if spec.tokenizer_type in _NEEDS_FILE and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+        raise UserError(
+            f"--tokenizer-model {path}: not a readable file; point it to the tokenizer model file"
+        )
+    if spec.tokenizer_type == "HuggingFaceTokenizer" and not os.path.exists(path):
+        raise UserError(
+            f"--tokenizer-model {path}: no such directory; point it to a local Hugging Face "
+            "tokenizer directory (this machine cannot download from a hub)"
+        )
+
+
+def build_tokenizer(spec: TokenizerSpec) -> Any:
+    """Megatron-Core tokenizer for ``spec``; one-line ``UserError`` when it cannot be loaded."""
+    from megatron_endprompt.compat import build_megatron_tokenizer
+
+    check_tokenizer_spec(spec)
+    try:
+        return build_megatron_tokenizer(spec.tokenizer_type, spec.tokenizer_model, spec.vocab_size)
+    except Exception as exc:  # the libraries raise anything from OSError to RuntimeError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"--tokenizer-model {spec.tokenizer_model}: cannot load a {spec.tokenizer_type} "
+            f"({first[:200]}); check the path and --tokenizer-type"
+        ) from None

@@ -1,0 +1,176 @@
+"""EndPrompt sample layouts: position ids and loss weights for one physical sample.
+
+A sample is ``P`` input tokens: ``a`` context tokens followed by ``b`` terminal tokens
+(``a + b = P``). Text stays contiguous; only the positions jump:
+
+* context tokens get positions ``0..a-1`` — or, with ET(PoSE), ``N`` contiguous pieces
+  separated by random skips, every position still below the terminal start ``T``;
+* terminal tokens get ``T..T+b-1`` where ``T = L - b`` (``fixed``) or ``T`` is drawn uniformly
+  from ``[a, L - b]`` (``random``).
+
+A layout is stored compactly as a *record* of ``2 * N`` int32 values (``N`` = number of
+context pieces, 1 without PoSE)::
+
+    [a, T, c_1 .. c_{N-1}, q_1 .. q_{N-1}]
+
+where piece ``j >= 1`` starts at token offset ``c_j`` with position ``q_j`` (piece 0 starts at
+token 0, position 0). Everything a trainer needs — ``position_ids`` and ``loss_mask`` — is
+derived from the record in O(N) vector operations, so a sidecar holds a handful of integers
+per sample instead of a per-token array.
+
+Loss weights are assigned by the *label* being predicted: ``loss_mask[i]`` weights the
+prediction of token ``i + 1``. Predictions of context tokens (``i < a - 1``) get
+``context_loss_weight``; predictions of terminal tokens, the first one included, and of the
+label token after the sample get ``terminal_loss_weight``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Placement = Literal["fixed", "random"]
+PLACEMENTS: tuple[str, ...] = ("fixed", "random")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutConfig:
+    """Parameters shared by every sample of a dataset; validated on construction."""
+
+    seq_length: int
+    """``P``: physical input length of a sample (Megatron's ``--seq-length``)."""
+
+    target_length: int
+    """``L``: the context window being trained for; every position id is ``< L``."""
+
+    placement: Placement = "fixed"
+    """``fixed``: terminal at ``L-b..L-1``; ``random``: terminal start uniform in ``[a, L-b]``."""
+
+    pose_chunks: int = 1
+    """``N``: context pieces with random skips between them (ET(PoSE)); 1 disables PoSE."""
+
+    terminal_loss_weight: float = 1.0
+    """``w`` > 0: loss weight of terminal predictions (the paper uses a small ``w`` for prompts)."""
+
+    context_loss_weight: float = 1.0
+    """Loss weight of context predictions: 1 keeps ordinary LM loss, 0 trains terminals only."""
+
+    def __post_init__(self) -> None:
+        if self.seq_length < 2:
+            raise ValueError(f"seq length P={self.seq_length} must be >= 2 (--seq-length)")
+        if self.target_length <= self.seq_length:
+            raise ValueError(
+                f"target length L={self.target_length} must be larger than seq length "
+                f"P={self.seq_length}; raise --target-length or lower --seq-length"
+            )
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement {self.placement!r} unknown; use --placement {' or '.join(PLACEMENTS)}"
+            )
+        if self.pose_chunks < 1:
+            raise ValueError(
+                f"pose chunks N={self.pose_chunks} must be >= 1 (1 disables PoSE; --pose-chunks)"
+            )
+        if not self.terminal_loss_weight > 0:
+            raise ValueError(
+                f"terminal loss weight w={self.terminal_loss_weight} must be > 0 "
+                "(--terminal-loss-weight; the paper uses a small non-zero w)"
+            )
+        if not self.context_loss_weight >= 0:
+            raise ValueError(
+                f"context loss weight {self.context_loss_weight} must be >= 0 "
+                "(--context-loss-weight)"
+            )
+
+    @property
+    def record_width(self) -> int:
+        """Number of int32 values in one sample's record."""
+        return 2 * self.pose_chunks
+
+    def check_terminal_length(self, terminal_length: int) -> None:
+        """Raise ``ValueError`` unless a terminal of ``terminal_length`` tokens fits a sample."""
+        b = terminal_length
+        if b < 1:
+            raise ValueError(f"terminal length b={b} must be >= 1 (--terminal-length)")
+        if b >= self.seq_length:
+            raise ValueError(
+                f"terminal length b={b} must be smaller than seq length P={self.seq_length} "
+                "(lower --terminal-length, use shorter --terminal-prompts, or raise --seq-length)"
+            )
+        a = self.seq_length - b
+        if self.pose_chunks > a:
+            raise ValueError(
+                f"--pose-chunks {self.pose_chunks} cannot split a context of a={a} tokens; "
+                f"use at most {a} chunks or a shorter terminal"
+            )
+
+
+def sample_rng(seed: int, sample_index: int) -> np.random.Generator:
+    """Generator for one sample: the layout depends on ``(seed, index)`` only, not on workers."""
+    return np.random.default_rng((seed, sample_index))
+
+
+def make_record(
+    config: LayoutConfig, *, terminal_length: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Draw one sample's layout; returns the int32 record ``[2 * N]`` described above."""
+    config.check_terminal_length(terminal_length)
+    P, L, N, b = config.seq_length, config.target_length, config.pose_chunks, terminal_length
+    a = P - b
+    if config.placement == "fixed":
+        T = L - b
+    else:
+        T = int(rng.integers(a, L - b, endpoint=True))
+    record = np.empty(2 * N, dtype=np.int32)
+    record[0], record[1] = a, T
+    if N > 1:
+        # Piece boundaries: N-1 distinct cut points in [1, a-1], every piece non-empty.
+        cuts = np.sort(rng.choice(a - 1, size=N - 1, replace=False)) + 1
+        # Skip-bias sampling (PoSE): cumulative skips are sorted uniform draws from the
+        # budget T - a, so positions stay increasing and the last context position < T.
+        skips = np.sort(rng.integers(0, T - a, size=N - 1, endpoint=True))
+        record[2 : N + 1] = cuts
+        record[N + 1 :] = cuts + skips
+    return record
+
+
+def record_runs(record: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token offsets ``[R]`` and start positions ``[R]`` of the ``R = N + 1`` contiguous runs."""
+    n = len(record) // 2
+    offsets = np.empty(n + 1, dtype=np.int64)
+    starts = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = starts[0] = 0
+    offsets[1:n] = record[2 : n + 1]
+    starts[1:n] = record[n + 1 :]
+    offsets[n], starts[n] = record[0], record[1]
+    return offsets, starts
+
+
+def positions_from_record(record: np.ndarray, seq_length: int) -> np.ndarray:
+    """Position ids ``[P]`` (int64) of one sample."""
+    offsets, starts = record_runs(record)
+    positions = np.arange(seq_length, dtype=np.int64)
+    # Each run adds its jump (start - offset) relative to the previous run from its offset on.
+    jumps = np.diff(starts - offsets, prepend=0)
+    for offset, jump in zip(offsets.tolist(), jumps.tolist()):
+        if jump:
+            positions[offset:] += jump
+    return positions
+
+
+def loss_weights_from_record(
+    record: np.ndarray, seq_length: int, *, context_weight: float, terminal_weight: float
+) -> np.ndarray:
+    """Loss weights ``[P]`` (float32): ``[i]`` weights the prediction of token ``i + 1``."""
+    weights = np.full(seq_length, context_weight, dtype=np.float32)
+    weights[int(record[0]) - 1 :] = terminal_weight
+    return weights
+
+
+def describe_runs(record: np.ndarray, seq_length: int) -> list[tuple[int, int, int]]:
+    """``[(token_offset, first_position, length), ...]`` — the layout in human terms."""
+    offsets, starts = record_runs(record)
+    ends = np.append(offsets[1:], seq_length)
+    return [(int(o), int(s), int(e - o)) for o, s, e in zip(offsets, starts, ends)]

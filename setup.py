@@ -1,0 +1,40 @@
+"""megatron-endprompt: train long context windows on short sequences (EndPrompt) in Megatron-Core.
+
+Ranges here are compatible ranges, so the package installs into an NGC-style GPU environment
+without replacing its torch; the exact tested set lives in requirements-dev.txt. Transformer
+Engine and NVIDIA apex are optional GPU extras (see README): never list ``apex`` here — the
+PyPI package of that name is an unrelated web toolkit.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="megatron-endprompt",
+    version="0.1.0",
+    description="EndPrompt (terminal anchoring) long-context extension for Megatron-Core",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.12",
+    packages=find_packages(include=["megatron_endprompt", "megatron_endprompt.*"]),
+    install_requires=[
+        "torch>=2.4",
+        "megatron-core>=0.19,<0.20",
+        "numpy>=1.26",
+        "tqdm>=4.60",
+        "sentencepiece>=0.2",
+        "transformers>=4.45",
+        "safetensors>=0.4",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100"],
+        # Transformer Engine comes from NVIDIA's wheels or the NGC container; apex is built
+        # from source (github.com/NVIDIA/apex) - it is not the PyPI "apex".
+        "gpu": ["transformer-engine[pytorch]>=2.0"],
+    },
+    entry_points={
+        "console_scripts": [
+            "endprompt-preprocess=megatron_endprompt.cli.preprocess:cli",
+            "endprompt-inspect=megatron_endprompt.cli.inspect:cli",
+        ]
+    },
+)
