@@ -33,7 +33,7 @@ def build_megatron_tokenizer(
         tokenizer_hf_no_use_fast=False,
         tokenizer_hf_no_include_special_tokens=False,
         trust_remote_code=False,
-        tokenizer_sentencepiece_ignore_extra_whitespaces=False,
+        tokenizer_sentencepiece_ignore_extra_whitespaces=True,
         tokenizer_sentencepiece_legacy=False,
         tiktoken_pattern=None,
         tiktoken_num_special_tokens=1000,
@@ -118,3 +118,15 @@ def install_batched_freqs_fallback() -> None:
 
     fused_or_unfused._endprompt_fallback = True  # type: ignore[attr-defined]
     rope_utils.fused_apply_rotary_pos_emb = fused_or_unfused
+
+
+def quiet_megatron_import_noise() -> None:
+    """Silence import-time chatter that is not actionable for our users: Megatron's 'TE/Apex
+    not installed, falling back' warnings and torch's 'No CUDA runtime' log line on CPU."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
+    warnings.filterwarnings("ignore", message=".*Could not determine rank from torch.distributed.*")
+    warnings.filterwarnings("ignore", message=".*absl.logging is not installed.*")
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)

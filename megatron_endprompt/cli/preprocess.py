@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from megatron_endprompt.compat import quiet_megatron_import_noise
+
+    quiet_megatron_import_noise()
     from megatron_endprompt.data.preprocess import PreprocessOptions, format_summary, preprocess
     from megatron_endprompt.data.tokenizer import TokenizerSpec
 

@@ -266,7 +266,8 @@ def preprocess(opts: PreprocessOptions) -> dict:
             num_samples=stats.samples,
             idx_sha256=file_fingerprint(tmp[".idx"]),
             bin_bytes=os.path.getsize(tmp[".bin"]),
-            tokenizer={**opts.tokenizer.as_dict(), "vocab_size": tokenizer.vocab_size,
+            tokenizer={**opts.tokenizer.as_dict(), **_abs_model(opts.tokenizer),
+                       "vocab_size": tokenizer.vocab_size,
                        "eod": tokenizer.eod},
             stats=summary,
         )
@@ -277,6 +278,12 @@ def preprocess(opts: PreprocessOptions) -> dict:
             if os.path.exists(path):
                 os.unlink(path)
     return summary
+
+
+def _abs_model(spec: TokenizerSpec) -> dict:
+    """Record an existing tokenizer path as absolute, so ``inspect`` finds it from anywhere."""
+    path = spec.tokenizer_model
+    return {"tokenizer_model": os.path.abspath(path)} if path and os.path.exists(path) else {}
 
 
 def _commit(prefix: str, tmp: dict[str, str]) -> None:

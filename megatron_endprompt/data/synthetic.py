@@ -54,7 +54,10 @@ def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int
     """Train a small BPE SentencePiece model on the corpus; returns ``PREFIX.model``."""
     import sentencepiece as spm
 
+    from megatron_endprompt.data.prompts import BUILTIN_PROMPTS
+
     def texts():
+        yield from BUILTIN_PROMPTS  # so the built-in terminal prompts tokenize cleanly
         with open(corpus_jsonl, encoding="utf-8") as f:
             for line in f:
                 yield json.loads(line)["text"]
@@ -62,6 +65,7 @@ def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int
     spm.SentencePieceTrainer.train(
         sentence_iterator=texts(), model_prefix=model_prefix, vocab_size=vocab_size,
         model_type="bpe", bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2,
-        max_sentence_length=1 << 16, num_threads=1,
+        max_sentence_length=1 << 16, num_threads=1, character_coverage=1.0,
+        byte_fallback=True,
     )
     return model_prefix + ".model"

@@ -1,0 +1,31 @@
+# Two entry points (see README): `make demo` and `make test`. Both create .venv with
+# Python 3.12 when it is missing and install the tested set (requirements-dev.txt).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements-dev.txt setup.py
+	@set -e; \
+	if [ ! -x $(PY) ]; then \
+	  PY312=$$(tools/find_python312.sh); \
+	  echo "creating $(VENV) with $$PY312"; \
+	  "$$PY312" -m venv $(VENV); \
+	fi; \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -r requirements-dev.txt; \
+	$(PY) -m pip install -q --no-deps -e .; \
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m megatron_endprompt.demo --workdir demo_out
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf demo_out .pytest_cache
