@@ -1,0 +1,180 @@
+"""Rotary position embedding driven by the batch's ``position_ids``, with position interpolation.
+
+Stock Megatron-Core ``RotaryEmbedding`` builds its angles from ``arange(seq_len)``: it cannot see
+that an EndPrompt sample's positions jump (context ``0..a-1``, terminal ``L-b..L-1``).
+:class:`EndPromptRotaryEmbedding` subclasses it and adds one entry point,
+``forward(position_ids)``, that builds the angles from the positions themselves::
+
+    theta[s, b, j] = position_ids[b, s] * inv_freq[j] / pi_factor
+
+``inv_freq`` is Megatron's own (optionally already Llama-3.1-scaled by ``rope_scaling``), so this is
+exactly Hugging Face's Llama RoPE with ``rope_type="linear", factor=pi_factor`` (same operation
+order: the frequencies are divided by the factor, then multiplied by the positions).
+
+Shapes (``D`` = rotary dim, ``kv_channels * rotary_percent``):
+
+* all rows of the micro-batch share one layout -> ``[S, 1, 1, D]``, the shape Transformer Engine's
+  fused RoPE accepts;
+* rows differ -> ``[S, B, 1, D]``; Megatron's unfused ``apply_rotary_pos_emb`` broadcasts it
+  against q/k ``[S, B, H, D]`` (the fused path is redirected there, see
+  :func:`megatron_endprompt.compat.install_batched_freqs_fallback`).
+
+Context parallelism: the ``position_ids`` given are this CP rank's zig-zag slice (the data path
+slices them exactly like the tokens), so the result is used as is. Stock ``forward`` slices the
+full-length table by CP rank; this path never does, so nothing is sliced twice.
+
+Checkpoints: the module adds no parameter or buffer (stock ``inv_freq`` is a plain attribute and
+is dropped on load), so model ``state_dict`` keys are stock GPTModel's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+from torch import Tensor, nn
+
+__all__ = ["EndPromptRotaryEmbedding", "freqs_to_emb", "resolve_pi_factor"]
+
+
+def resolve_pi_factor(pi_factor: float | None, seq_len_interpolation_factor: float | None) -> float:
+    """The position-interpolation factor ``s`` to use.
+
+    ``pi_factor`` is EndPrompt's ``s``; ``seq_len_interpolation_factor`` is Megatron's own linear
+    interpolation option (``--rotary-seq-len-interpolation-factor``), which means the same thing.
+    Either may be given; both only when equal. Neither -> 1 (no interpolation).
+    """
+    if pi_factor is not None and not pi_factor > 0:
+        raise ValueError(f"PI factor s={pi_factor} must be > 0")
+    if pi_factor is None:
+        return float(seq_len_interpolation_factor or 1.0)
+    if seq_len_interpolation_factor not in (None, 1.0) and float(
+        seq_len_interpolation_factor
+    ) != float(pi_factor):
+        raise ValueError(
+            f"PI factor s={pi_factor} disagrees with Megatron's seq_len_interpolation_factor="
+            f"{seq_len_interpolation_factor}; both mean 'divide positions by s': set one of them"
+        )
+    return float(pi_factor)
+
+
+def freqs_to_emb(freqs: Tensor, *, interleaved: bool) -> Tensor:
+    """Half-dim angles ``[..., D/2]`` -> Megatron's RoPE layout ``[..., D]``.
+
+    Non-interleaved: ``[f_0..f_{D/2-1}, f_0..f_{D/2-1}]`` (rotate-half); interleaved:
+    ``[f_0, f_0, f_1, f_1, ...]`` — the layouts stock ``RotaryEmbedding.get_emb`` builds.
+    """
+    if interleaved:
+        return torch.stack((freqs, freqs), dim=-1).flatten(-2)
+    return torch.cat((freqs, freqs), dim=-1)
+
+
+class EndPromptRotaryEmbedding(RotaryEmbedding):
+    """Megatron ``RotaryEmbedding`` that also builds freqs from ``position_ids [B, S]``.
+
+    Called with a tensor, returns freqs ``[S, 1, 1, D]`` (shared layout) or ``[S, B, 1, D]``;
+    called as stock (``forward(max_seq_len, offset=0, packed_seq=False, cp_group=None)``, e.g. by
+    Megatron's inference path) it behaves as stock with contiguous positions, divided by the same
+    ``s``. The PI factor is stored in stock's ``seq_len_interpolation_factor`` attribute (``None``
+    for ``s == 1``), so exporters reading that attribute see it.
+
+    Args (keyword-only): as stock ``RotaryEmbedding``, with ``pi_factor`` in place of
+    ``seq_len_interpolation_factor`` (either may be given, see :func:`resolve_pi_factor`).
+    """
+
+    def __init__(
+        self,
+        *,
+        kv_channels: int,
+        rotary_percent: float = 1.0,
+        rotary_interleaved: bool = False,
+        pi_factor: float | None = None,
+        seq_len_interpolation_factor: float | None = None,
+        rotary_base: int = 10000,
+        rope_scaling: bool = False,
+        rope_scaling_factor: float = 8.0,
+        use_cpu_initialization: bool = False,
+        cp_group: torch.distributed.ProcessGroup | None = None,
+    ) -> None:
+        s = resolve_pi_factor(pi_factor, seq_len_interpolation_factor)
+        super().__init__(
+            kv_channels=kv_channels,
+            rotary_percent=rotary_percent,
+            rotary_interleaved=rotary_interleaved,
+            seq_len_interpolation_factor=None if s == 1.0 else s,
+            rotary_base=rotary_base,
+            rope_scaling=rope_scaling,
+            rope_scaling_factor=rope_scaling_factor,
+            use_cpu_initialization=use_cpu_initialization,
+            cp_group=cp_group,
+        )
+
+    @classmethod
+    def from_stock(
+        cls, stock: RotaryEmbedding, *, pi_factor: float | None = None
+    ) -> EndPromptRotaryEmbedding:
+        """Take over a built stock ``RotaryEmbedding`` (same ``inv_freq`` — Llama-3.1 scaling
+        included —, interleaving, CP group), adding the PI factor. No parameters are involved."""
+        if type(stock) is not RotaryEmbedding and not isinstance(stock, cls):
+            raise TypeError(f"expected Megatron's RotaryEmbedding, got {type(stock).__name__}")
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        for name, value in vars(stock).items():
+            if not name.startswith("_"):
+                setattr(new, name, value)
+        s = resolve_pi_factor(pi_factor, stock.seq_len_interpolation_factor)
+        new.seq_len_interpolation_factor = None if s == 1.0 else s
+        new.train(stock.training)
+        return new
+
+    @property
+    def pi_factor(self) -> float:
+        """``s``: positions are divided by it (1 = no interpolation)."""
+        return float(self.seq_len_interpolation_factor or 1.0)
+
+    def _scaled_inv_freq(self, device: torch.device) -> Tensor:
+        """``inv_freq / s`` ``[D/2]`` fp32 on ``device`` (``inv_freq`` is moved there once)."""
+        if self.inv_freq.device != device:
+            self.inv_freq = self.inv_freq.to(device)
+        s = self.pi_factor
+        return self.inv_freq if s == 1.0 else self.inv_freq / s
+
+    def get_freqs_non_repeated(self, max_seq_len: int, offset: int = 0) -> Tensor:
+        """Stock contiguous-position angles ``[max_seq_len, D/2]``, computed in the same order
+        as :meth:`freqs_from_position_ids` so both paths agree bit for bit."""
+        seq = torch.arange(max_seq_len, device=self.inv_freq.device, dtype=torch.float32) + offset
+        return torch.outer(seq, self._scaled_inv_freq(self.inv_freq.device))
+
+    @staticmethod
+    def shares_layout(position_ids: Tensor) -> bool:
+        """True when every row of ``position_ids [B, S]`` equals the first (one host sync
+        when ``B > 1``)."""
+        if position_ids.shape[0] == 1:
+            return True
+        return bool((position_ids == position_ids[:1]).all())
+
+    def freqs_from_position_ids(self, position_ids: Tensor) -> Tensor:
+        """RoPE angles for ``position_ids`` ``[B, S]`` (or ``[S]``), integer or float.
+
+        Returns fp32 ``[S, 1, 1, D]`` when all rows share one layout, else ``[S, B, 1, D]``.
+        Never slices for context parallelism: ``position_ids`` are already this rank's.
+        """
+        if position_ids.dim() == 1:
+            position_ids = position_ids[None]
+        if position_ids.dim() != 2:
+            raise ValueError(f"position_ids must be [B, S], got shape {tuple(position_ids.shape)}")
+        rows = position_ids[:1] if self.shares_layout(position_ids) else position_ids
+        inv_freq = self._scaled_inv_freq(rows.device)
+        freqs = rows.to(torch.float32)[..., None] * inv_freq  # [B', S, D/2]
+        emb = freqs_to_emb(freqs.transpose(0, 1), interleaved=self.rotary_interleaved)
+        return emb[:, :, None, :]  # [S, B', 1, D]
+
+    def forward(self, position_ids: Tensor | int, *args: Any, **kwargs: Any) -> Tensor:
+        """``forward(position_ids [B, S])`` -> freqs ``[S, 1|B, 1, D]``; an ``int`` first
+        argument is stock's ``max_seq_len`` and takes stock's (CP-slicing) path."""
+        if isinstance(position_ids, Tensor):
+            if args or kwargs:
+                raise TypeError("forward(position_ids) takes no further arguments")
+            return self.freqs_from_position_ids(position_ids)
+        return super().forward(position_ids, *args, **kwargs)
