@@ -1,0 +1,102 @@
+"""``--endprompt-*`` flags (Megatron ``extra_args_provider``) and their start-up checks.
+
+The PI factor ``s`` defaults to ``ceil(L / L0)``; ``L0`` (the model's original window)
+defaults to ``--seq-length``, the usual case of training at the original window ``P = L0``.
+At start-up every ``--data-path`` / ``--{train,valid,test}-data-path`` prefix with a sidecar is
+checked against these flags, so a run never silently trains on a layout built for another
+target length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from megatron_endprompt.errors import UserError
+
+
+def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Register the EndPrompt flags with Megatron's parser."""
+    g = parser.add_argument_group("EndPrompt")
+    g.add_argument("--endprompt-target-length", type=int, default=None,
+                   help="L: the context window being trained for (must match the sidecars)")
+    g.add_argument("--endprompt-original-length", type=int, default=None,
+                   help="L0: the model's original window (default: --seq-length)")
+    g.add_argument("--endprompt-pi-factor", type=float, default=None,
+                   help="s: RoPE positions are divided by s (default: ceil(L / L0))")
+    g.add_argument("--endprompt-terminal-loss-weight", type=float, default=None,
+                   help="override the sidecars' terminal weight w (> 0)")
+    g.add_argument("--endprompt-context-loss-weight", type=float, default=None,
+                   help="override the sidecars' context weight (>= 0)")
+    g.add_argument("--endprompt-require-sidecar", action="store_true",
+                   help="refuse data prefixes without a sidecar (no plain replay data)")
+    return parser
+
+
+def resolve_endprompt_args(args: argparse.Namespace) -> None:
+    """Fill defaults (``s``) and validate; raises :class:`UserError` naming the flag."""
+    L = args.endprompt_target_length
+    if L is None:
+        raise UserError("--endprompt-target-length L is required (the window to train for)")
+    L0 = args.endprompt_original_length or args.seq_length
+    if L <= args.seq_length:
+        raise UserError(f"--endprompt-target-length {L} must exceed --seq-length "
+                        f"{args.seq_length}")
+    if L <= L0:
+        raise UserError(f"--endprompt-target-length {L} must exceed the original window "
+                        f"--endprompt-original-length {L0}")
+    if args.endprompt_pi_factor is None:
+        args.endprompt_pi_factor = float(math.ceil(L / L0))
+    if not args.endprompt_pi_factor >= 1.0:
+        raise UserError(f"--endprompt-pi-factor {args.endprompt_pi_factor} must be >= 1")
+    args.endprompt_original_length = L0
+    w = args.endprompt_terminal_loss_weight
+    if w is not None and not w > 0:
+        raise UserError(f"--endprompt-terminal-loss-weight {w} must be > 0")
+    cw = args.endprompt_context_loss_weight
+    if cw is not None and cw < 0:
+        raise UserError(f"--endprompt-context-loss-weight {cw} must be >= 0")
+    if getattr(args, "position_embedding_type", "rope") != "rope":
+        raise UserError("EndPrompt needs --position-embedding-type rope")
+
+
+def data_prefixes(args: argparse.Namespace) -> list[str]:
+    """Every data prefix named by the run's data flags."""
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    prefixes: list[str] = []
+    for flag in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
+        values = getattr(args, flag, None)
+        if values:
+            blend = get_blend_from_list(values)
+            if blend is not None:
+                prefixes.extend(blend[0])
+    return list(dict.fromkeys(prefixes))
+
+
+def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
+    """Check every prefix's sidecar against the flags; returns ``{prefix: layout}`` for the
+    EndPrompt prefixes (plain prefixes are replay data). Raises :class:`UserError`."""
+    import os
+
+    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+
+    found = {}
+    for prefix in data_prefixes(args):
+        path = sidecar_path(prefix)
+        if not os.path.exists(path):
+            if args.endprompt_require_sidecar:
+                raise UserError(f"--data-path {prefix}: no sidecar {path}; run "
+                                "tools/preprocess_endprompt.py or drop --endprompt-require-sidecar")
+            continue
+        layout = read_sidecar(path, prefix=prefix).layout
+        if layout.target_length != args.endprompt_target_length:
+            raise UserError(
+                f"{path} was built for target length L={layout.target_length} but training "
+                f"says --endprompt-target-length {args.endprompt_target_length}; re-run "
+                "preprocessing or fix the flag")
+        if layout.seq_length != args.seq_length:
+            raise UserError(f"{path} was built for --seq-length {layout.seq_length} but "
+                            f"training uses --seq-length {args.seq_length}")
+        found[prefix] = layout.__dict__
+    return found

@@ -1,0 +1,101 @@
+"""One micro-batch on this rank, with EndPrompt ``position_ids`` on *every* rank.
+
+Stock ``pretrain_gpt.get_batch`` gives middle pipeline stages no tensors and the last stage
+no ``position_ids`` — fine for contiguous RoPE, wrong for EndPrompt, where every stage's
+attention needs the jumped positions. What we do, and why it is the cheapest correct way:
+
+* **PP**: the dataset and its loader are built on TP rank 0 of *every* pipeline stage
+  (``is_built_on_rank`` in :mod:`providers`). Each stage reads the same samples in the same
+  order (the sampler depends on the DP rank only), so no extra pipeline communication is
+  needed; a stage reads ``B x P`` tokens from a memory map, which is noise next to its compute.
+* **TP**: TP rank 0 broadcasts, within the TP group, exactly the tensors its stage needs
+  (first: tokens + positions; last: labels + loss_mask + positions; middle: positions; one
+  stage: all), with ``GPTDataset``'s dtypes (int64, float32 loss weights, bool mask).
+* **CP**: the whole batch, positions included, goes through Megatron's own
+  ``get_batch_on_this_cp_rank`` (zig-zag into ``2 * cp`` chunks), once; the model consumes the
+  sliced positions as they are and never slices again.
+
+The last stage also gets ``terminal_mask`` (float ``[B, S]``: 1 where the prediction belongs
+to the terminal segment), derived from the positions before CP slicing, so that the context
+and terminal losses can be logged separately. A row's terminal starts at its last position
+jump (plain replay rows have none); the one layout it cannot see is a ``random`` placement
+that drew ``T = a`` (no jump, probability ``1 / (L - P + 1)``), which is then logged as context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_INT = torch.int64
+
+
+def terminal_mask_from_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """``[B, S]`` float mask of terminal *predictions*: index ``i >= a - 1`` where ``a`` is the
+    index of the row's last position jump (the first terminal token)."""
+    B, S = position_ids.shape
+    jumps = (position_ids[:, 1:] - position_ids[:, :-1]) != 1  # [B, S-1], True at i -> i+1
+    idx = torch.arange(1, S, device=position_ids.device).expand(B, -1)
+    a = torch.where(jumps, idx, torch.zeros_like(idx)).max(dim=1).values  # 0: no jump
+    start = torch.where(a > 0, a - 1, torch.full_like(a, S))
+    return (torch.arange(S, device=position_ids.device)[None, :] >= start[:, None]).float()
+
+
+def _needed_keys(first: bool, last: bool, with_mask: bool) -> list[str]:
+    keys = ["position_ids"]
+    if first:
+        keys.append("tokens")
+    if last:
+        keys += ["labels", "loss_mask"]
+    if with_mask:
+        keys.append("attention_mask")
+    return keys
+
+
+def _spec(key: str, mbs: int, seq: int) -> tuple[tuple[int, ...], torch.dtype]:
+    if key == "attention_mask":
+        return (mbs, 1, seq, seq), torch.bool
+    if key == "loss_mask":
+        return (mbs, seq), torch.float32
+    return (mbs, seq), _INT
+
+
+def get_batch(data_iterator: Any, *, first_stage: bool, last_stage: bool) -> dict[str, Any]:
+    """This rank's micro-batch: tensors ``[B, S_local]`` on the current device.
+
+    Keys: ``position_ids`` always; ``tokens`` on the first stage; ``labels``, ``loss_mask``,
+    ``terminal_mask`` on the last; ``attention_mask`` when the dataloader creates it.
+    """
+    from megatron.core import parallel_state as mpu
+    from megatron.core.utils import get_batch_on_this_cp_rank
+    from megatron.training import get_args
+
+    args = get_args()
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+    with_mask = bool(getattr(args, "create_attention_mask_in_dataloader", False))
+    keys = _needed_keys(first_stage, last_stage, with_mask)
+    tp_size = mpu.get_tensor_model_parallel_world_size()
+    if mpu.get_tensor_model_parallel_rank() == 0:
+        assert data_iterator is not None, "TP rank 0 of every stage must have a data iterator"
+        sample = next(data_iterator)
+        batch = {k: sample[k].to(device, non_blocking=True) for k in keys}
+    else:
+        batch = {}
+        for k in keys:
+            shape, dtype = _spec(k, args.micro_batch_size, args.seq_length)
+            batch[k] = torch.empty(shape, dtype=dtype, device=device)
+    if tp_size > 1:
+        src, group = mpu.get_tensor_model_parallel_src_rank(), mpu.get_tensor_model_parallel_group()
+        for k in keys:
+            batch[k] = batch[k].contiguous()
+            torch.distributed.broadcast(batch[k], src, group=group)
+    if last_stage:
+        batch["terminal_mask"] = terminal_mask_from_positions(batch["position_ids"])
+    if mpu.get_context_parallel_world_size() > 1:
+        batch["cu_seqlens"] = None
+        batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,
+                                          cp_group=mpu.get_context_parallel_group())
+        batch.pop("cu_seqlens", None)
+    return batch

@@ -1,0 +1,96 @@
+"""The EndPrompt ``pretrain`` entry (Megatron-LM style), used on GPU clusters and on a laptop.
+
+    torchrun ... -m megatron_endprompt.training.pretrain <Megatron flags> --endprompt-target-length L
+
+Flow: (no GPU -> install the CPU runtime layer) -> ``parse_and_validate_args`` with our
+``--endprompt-*`` flags -> check every data prefix's sidecar against them -> config container
+-> ``megatron.training.pretrain`` with our dataset provider, model provider and forward step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: Flags a CPU run needs (the local layer spec, no CUDA-only fusions); added automatically
+#: when the CPU runtime is active and the user did not set them.
+CPU_FLAGS: list[str] = [
+    "--distributed-backend", "gloo",
+    "--transformer-impl", "local",
+    "--use-cpu-initialization",
+    "--no-rope-fusion",
+    "--no-gradient-accumulation-fusion",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-persist-layer-norm",
+]
+
+
+def _with_cpu_flags(argv: list[str]) -> list[str]:
+    present = set(a.split("=")[0] for a in argv if a.startswith("--"))
+    extra: list[str] = []
+    i = 0
+    while i < len(CPU_FLAGS):
+        flag = CPU_FLAGS[i]
+        takes_value = i + 1 < len(CPU_FLAGS) and not CPU_FLAGS[i + 1].startswith("--")
+        if flag not in present:
+            extra += CPU_FLAGS[i:i + 1 + takes_value]
+        i += 1 + takes_value
+    return extra + argv
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse flags, check sidecars, run Megatron's ``pretrain``."""
+    from megatron_endprompt.compat import quiet_megatron_import_noise
+
+    quiet_megatron_import_noise()
+    import torch
+
+    from megatron_endprompt.errors import UserError
+    from megatron_endprompt.runtime import install_cpu_runtime
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    on_cpu = install_cpu_runtime()
+    if on_cpu:
+        argv = _with_cpu_flags(argv)
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+
+    from megatron.core.enums import ModelType
+    from megatron.training import pretrain
+    from megatron.training.argument_utils import pretrain_cfg_container_from_args
+    from megatron.training.arguments import parse_and_validate_args
+
+    from megatron_endprompt.training.args import (
+        add_endprompt_args,
+        check_sidecars,
+        resolve_endprompt_args,
+    )
+    from megatron_endprompt.training.providers import (
+        datasets_provider,
+        forward_step,
+        model_provider,
+    )
+
+    sys.argv = [sys.argv[0], *argv]
+    args = parse_and_validate_args(extra_args_provider=add_endprompt_args)
+    try:
+        resolve_endprompt_args(args)
+        layouts = check_sidecars(args)
+    except UserError as exc:
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+            print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"EndPrompt: L={args.endprompt_target_length} L0={args.endprompt_original_length} "
+              f"s={args.endprompt_pi_factor:g}; {len(layouts)} EndPrompt prefix(es)", flush=True)
+    if not args.calculate_per_token_loss:
+        raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
+                         "normaliser); add the flag")
+    cfg = pretrain_cfg_container_from_args(args)
+    pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
+             model_provider=model_provider)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The three functions ``megatron.training.pretrain`` takes: model provider, datasets
+provider and forward step — Megatron's extension points, no fork of its trainer."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+
+def model_provider(pre_process: bool = True, post_process: bool = True,
+                   vp_stage: int | None = None, config: Any = None, pg_collection: Any = None):
+    """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec)."""
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+    from megatron.training import get_args
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    from megatron_endprompt.model import EndPromptGPTModel
+
+    args = get_args()
+    if config is None:
+        config = core_transformer_config_from_args(args)
+    if args.transformer_impl == "transformer_engine":
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            qk_layernorm=args.qk_layernorm, multi_latent_attention=False)
+    else:
+        spec = get_gpt_layer_local_spec(normalization=args.normalization,
+                                        qk_layernorm=args.qk_layernorm)
+    return EndPromptGPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=args.padded_vocab_size,
+        max_sequence_length=max(args.max_position_embeddings, args.endprompt_target_length),
+        pre_process=pre_process,
+        post_process=post_process,
+        fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
+        parallel_output=True,
+        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
+        position_embedding_type=args.position_embedding_type,
+        rotary_percent=args.rotary_percent,
+        rotary_base=args.rotary_base,
+        rope_scaling=args.use_rope_scaling,
+        vp_stage=vp_stage,
+        pg_collection=pg_collection,
+        pi_factor=args.endprompt_pi_factor,
+    )
+
+
+def dataset_config_from_args(args: Any):
+    """``EndPromptDatasetConfig`` from Megatron's flags plus ours."""
+    from megatron.training import get_tokenizer
+    from megatron.training.utils.common_utils import get_blend_and_blend_per_split
+
+    from megatron_endprompt.data.dataset import EndPromptDatasetConfig
+
+    blend, blend_per_split = get_blend_and_blend_per_split(args)
+    return EndPromptDatasetConfig(
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        blend=blend,
+        blend_per_split=blend_per_split,
+        split=args.split,
+        path_to_cache=args.data_cache_path,
+        mmap_bin_files=args.mmap_bin_files,
+        tokenizer=get_tokenizer(),
+        reset_position_ids=args.reset_position_ids,
+        reset_attention_mask=args.reset_attention_mask,
+        eod_mask_loss=args.eod_mask_loss,
+        create_attention_mask=args.create_attention_mask_in_dataloader,
+        endprompt_target_length=args.endprompt_target_length,
+        endprompt_terminal_loss_weight=args.endprompt_terminal_loss_weight,
+        endprompt_context_loss_weight=args.endprompt_context_loss_weight,
+        endprompt_require_sidecar=args.endprompt_require_sidecar,
+    )
+
+
+def datasets_provider(train_val_test_num_samples: list[int], vp_stage: int | None = None):
+    """Train/valid/test datasets through ``BlendedMegatronDatasetBuilder``, built on TP rank 0
+    of every pipeline stage (see :mod:`megatron_endprompt.training.batch` for why)."""
+    from megatron.core import parallel_state as mpu
+    from megatron.core.datasets.blended_megatron_dataset_builder import \
+        BlendedMegatronDatasetBuilder
+    from megatron.training import get_args
+
+    from megatron_endprompt.data.dataset import EndPromptGPTDataset
+
+    args = get_args()
+    return BlendedMegatronDatasetBuilder(
+        EndPromptGPTDataset, train_val_test_num_samples,
+        lambda: mpu.get_tensor_model_parallel_rank() == 0, dataset_config_from_args(args),
+    ).build()
+
+
+def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = False):
+    """One micro-batch: positions reach every stage; the last stage returns token losses."""
+    from megatron.core.utils import get_attr_wrapped_model
+
+    from megatron_endprompt.training.batch import get_batch
+    from megatron_endprompt.training.loss import loss_func
+
+    first = bool(get_attr_wrapped_model(model, "pre_process"))
+    last = bool(get_attr_wrapped_model(model, "post_process"))
+    batch = get_batch(data_iterator, first_stage=first, last_stage=last)
+    output = model(batch.get("tokens"), batch["position_ids"], batch.get("attention_mask"),
+                   labels=batch.get("labels"))
+    return output, partial(loss_func, batch.get("loss_mask"), batch.get("terminal_mask"))
+
+
+# Every rank enters the builder (it synchronises with barriers); ``is_built_on_rank`` keeps
+# the actual datasets to TP rank 0 of each stage, as in Megatron-LM's pretrain_gpt.
+datasets_provider.is_distributed = True
