@@ -4,7 +4,8 @@ generate a corpus -> train a SentencePiece tokenizer on it -> preprocess it into
 ``.bin/.idx`` + EndPrompt sidecar (fixed placement with a continuation terminal, and random
 placement with prompt terminals and ET(PoSE)) -> inspect samples -> build train/valid/test
 datasets through Megatron's ``BlendedMegatronDatasetBuilder`` (EndPrompt + plain replay
-blend) and print a batch.
+blend) -> train a tiny Llama with Megatron's real ``pretrain`` under ``torchrun`` (2 CPU
+processes, TP=2 by default, gloo) and show that the loss falls.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", type=int, default=400)
     p.add_argument("--seq-length", type=int, default=256)
     p.add_argument("--target-length", type=int, default=2048)
+    p.add_argument("--train-iters", type=int, default=40)
+    p.add_argument("--parallel", choices=["tp2", "pp2", "none"], default="tp2",
+                   help="model-parallel layout of the demo training (2 processes)")
+    p.add_argument("--skip-train", action="store_true")
     args = p.parse_args(argv)
 
     from megatron_endprompt.compat import quiet_megatron_import_noise
@@ -55,6 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     _run_tool(inspect.main, [w("endprompt_fixed"), "--index", "0"])
     _run_tool(inspect.main, [w("endprompt_prompt_pose"), "--index", "1"])
     _show_datasets(args, w, spm)
+    if not args.skip_train:
+        from megatron_endprompt.demo_train import train_tiny
+
+        losses = train_tiny(workdir=args.workdir, tokenizer_model=spm,
+                            data_prefixes=[w("endprompt_fixed"), w("endprompt_prompt_pose")],
+                            seq_length=args.seq_length, target_length=args.target_length,
+                            train_iters=args.train_iters, parallel=args.parallel)
+        first, last = losses[min(losses)], losses[max(losses)]
+        print(f"training loss: iteration {min(losses)} {first:.4f} -> iteration "
+              f"{max(losses)} {last:.4f} ({'falls' if last < first else 'DOES NOT FALL'})")
     print(f"\ndemo done: outputs in {args.workdir}/")
     return 0
 
