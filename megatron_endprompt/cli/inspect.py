@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     values, first = np.unique(weights, return_index=True)
     print("loss weights: " + ", ".join(f"{v:g} from token {i}" for v, i in
                                        sorted(zip(values.tolist(), first.tolist()), key=lambda x: x[1])))
-    print(f"tokens[:16]: {tokens[:16].tolist()}  terminal tokens[:16]: {tokens[a:a + 16].tolist()}")
+    print(f"tokens[:16]: {tokens[:16].tolist()}  terminal tokens[:16]: {tokens[a:min(a + 16, P)].tolist()}")
     if tok is not None:
         ctx = sample["context_text"]
         print(f"context text: {ctx[:300]!r}{' ...' if len(ctx) > 300 else ''}")

@@ -125,6 +125,16 @@ class EndPromptGPTDataset(GPTDataset):
             cw = config.endprompt_context_loss_weight
             self._context_w = float(layout.context_loss_weight if cw is None else cw)
             self._causal_mask = None
+            # Hot-path helpers (see __getitem__): a plain ndarray view of the records (memmap
+            # indexing is slower), and whether the pad id can occur among stored tokens at all.
+            self._records = np.asarray(self.sidecar.records)
+            info = np.iinfo(self.dataset.index.dtype)
+            pad = self._pad_token_id
+            self._pad_in_data = isinstance(pad, (int, np.integer)) and info.min <= pad <= info.max
+            # Fixed placement without PoSE has one record per terminal length: keep their
+            # positions/weights and hand out copies (other layouts are drawn per sample).
+            self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] | None = (
+                {} if layout.placement == "fixed" and layout.pose_chunks == 1 else None)
 
     @staticmethod
     def _key_config_attributes() -> list[str]:
@@ -201,32 +211,52 @@ class EndPromptGPTDataset(GPTDataset):
             return super().__len__()
         return len(self.document_index)
 
+    def _layout_arrays(self, record: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
+        """``position_ids`` int64 ``[P]`` and loss weights float32 ``[P]`` of one record."""
+        return positions_from_record(record, P), loss_weights_from_record(
+            record, P, context_weight=self._context_w, terminal_weight=self._terminal_w)
+
     def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         if self.sidecar is None:
             return super().__getitem__(idx)
+        # Masking is done in numpy before wrapping as tensors: torch boolean-mask assignments
+        # cost ~15 us each at P=8192, numpy's a few us; the results are the same.
         P = self.config.sequence_length
         doc = int(self.document_index[0 if idx is None else idx])
         text = self.dataset.get(doc)
-        record = self.sidecar.records[doc]
+        record = self._records[doc]
         extra = self.config.add_extra_token_to_sequence
-        tokens = torch.from_numpy(text[:P].astype(np.int64))
+        pad = self._pad_token_id
+        tokens = text[:P].astype(np.int64)
         if extra:
-            labels = torch.from_numpy(text[1 : P + 1].astype(np.int64))
-        else:
-            labels = torch.roll(tokens, shifts=-1)
-            labels[-1] = self._pad_token_id
+            labels = text[1 : P + 1].astype(np.int64)
+        else:  # torch.roll(tokens, -1) with the last label set to padding
+            labels = np.empty(P, dtype=np.int64)
+            labels[:-1] = tokens[1:]
+            labels[-1] = pad
 
-        position_ids = torch.from_numpy(positions_from_record(record, P))
-        loss_mask = torch.from_numpy(loss_weights_from_record(
-            record, P, context_weight=self._context_w, terminal_weight=self._terminal_w))
+        if self._layouts is None:
+            position_ids, loss_mask = self._layout_arrays(record, P)
+        else:
+            cached = self._layouts.get(key := record.tobytes())
+            if cached is None:
+                cached = self._layouts.setdefault(key, self._layout_arrays(record, P))
+            position_ids, loss_mask = cached[0].copy(), cached[1].copy()
 
         if self.config.eod_mask_loss:
             loss_mask[tokens == self.config.tokenizer.eod] = 0.0
-        loss_mask[labels == self._pad_token_id] = 0.0
-        tokens[tokens == self._pad_token_id] = 0
-        labels[labels == self._pad_token_id] = 0
+        if self._pad_in_data:
+            is_pad = labels == pad
+            loss_mask[is_pad] = 0.0
+            labels[is_pad] = 0
+            tokens[tokens == pad] = 0
+        elif not extra:  # the pad id is not a stored token: only the padded last label
+            loss_mask[-1] = 0.0
+            labels[-1] = 0
         if idx is None:
-            loss_mask.zero_()
+            loss_mask[:] = 0.0
+        tokens, labels = torch.from_numpy(tokens), torch.from_numpy(labels)
+        loss_mask, position_ids = torch.from_numpy(loss_mask), torch.from_numpy(position_ids)
         sample = {"tokens": tokens, "labels": labels}
         if self.config.create_attention_mask:
             if self._causal_mask is None:

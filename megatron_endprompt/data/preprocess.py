@@ -101,7 +101,8 @@ def _encode_line(path: str, lineno: int, raw: bytes) -> tuple[str, np.ndarray | 
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); "
+        msg = exc.msg.removesuffix(" at")
+        raise UserError(f"{where}: malformed JSON ({msg}, column {exc.colno}); "
                         "fix or remove the line") from None
     if not isinstance(obj, dict):
         raise UserError(f"{where}: a JSON object is expected, got {type(obj).__name__}")
@@ -116,17 +117,27 @@ def _encode_line(path: str, lineno: int, raw: bytes) -> tuple[str, np.ndarray | 
     text = "\n".join(parts)
     if not text.strip():
         return "empty or whitespace-only text", None
-    ids = np.asarray(_WORKER["tok"].tokenize(text), dtype=np.int64)
+    try:
+        ids = np.asarray(_WORKER["tok"].tokenize(text), dtype=np.int64)
+    except Exception as exc:  # e.g. NullTokenizer on text that is not whitespace-separated ints
+        spec = _WORKER["spec"]
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(f"{where}: --tokenizer-type {spec.tokenizer_type} cannot tokenize this "
+                        f"text ({first}); use the matching tokenizer or fix the line") from None
     if _WORKER["eod"] is not None:
         ids = np.append(ids, _WORKER["eod"])
     if len(ids) == 0:
         return "no tokens after tokenization", None
+    if int(ids.min()) < 0:  # would wrap around silently in the unsigned .bin dtype
+        raise UserError(f"{where}: negative token id {int(ids.min())} from --tokenizer-type "
+                        f"{_WORKER['spec'].tokenizer_type}; token ids must be >= 0")
     vocab = _WORKER["vocab"]
     if vocab is not None and int(ids.max()) >= vocab:
         spec = _WORKER["spec"]
         raise UserError(
             f"{where}: token id {int(ids.max())} >= vocab size {vocab} of --tokenizer-type "
-            f"{spec.tokenizer_type} {spec.tokenizer_model or ''}; use the matching tokenizer"
+            f"{' '.join(filter(None, [spec.tokenizer_type, spec.tokenizer_model]))}; "
+            "use the matching tokenizer"
             + (" or a larger --vocab-size" if spec.tokenizer_type == "NullTokenizer" else "")
         )
     return "ok", ids
@@ -269,7 +280,8 @@ def preprocess(opts: PreprocessOptions) -> dict:
             tokenizer={**opts.tokenizer.as_dict(), **_abs_model(opts.tokenizer),
                        "vocab_size": tokenizer.vocab_size,
                        "eod": tokenizer.eod},
-            stats=summary,
+            # no wall-clock time in the file: same inputs and seed give byte-identical outputs
+            stats={k: v for k, v in summary.items() if k != "seconds"},
         )
         write_sidecar(tmp[".endprompt"], header, np.stack(records))
         _commit(opts.output_prefix, tmp)

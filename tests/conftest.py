@@ -1,0 +1,69 @@
+"""Session-wide fixtures: a generated corpus and a SentencePiece model trained on it inside the
+test session (no download, well under a second), plus an in-process CLI runner."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+#: Layout used by the preprocessing tests: small enough to be fast, large enough that the
+#: built-in prompts fit (``b = len(prompt) < P``) and PoSE has room.
+SPM_P, SPM_L, SPM_B = 64, 512, 8
+
+
+@pytest.fixture(scope="session")
+def spm_corpus(tmp_path_factory):
+    """``corpus.jsonl`` (40 documents, some shorter than one sample) and ``spm.model`` trained on
+    it. Fields: ``root``, ``path``, ``model``, ``texts``."""
+    from megatron_endprompt.data.synthetic import train_sentencepiece, write_corpus
+
+    root = tmp_path_factory.mktemp("spm_corpus")
+    path = write_corpus(str(root / "corpus.jsonl"), num_docs=40, seed=0,
+                        min_sentences=1, max_sentences=24)
+    model = train_sentencepiece(path, str(root / "spm"), vocab_size=400)
+    with open(path, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    return SimpleNamespace(root=root, path=path, model=model, texts=texts)
+
+
+@pytest.fixture(scope="session")
+def spm_tokenizer(spm_corpus):
+    """The Megatron-Core tokenizer of ``spm_corpus.model`` (as preprocessing builds it)."""
+    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+
+    return build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
+                                         tokenizer_model=spm_corpus.model))
+
+
+@pytest.fixture(scope="session")
+def spm_args(spm_corpus):
+    """``spm_args(prefix, *extra)``: preprocess argv for the SentencePiece corpus (continuation,
+    fixed placement, P/L/b = SPM_P/SPM_L/SPM_B, --append-eod, one worker); ``extra`` flags come
+    last, so they override the defaults (argparse keeps the last value)."""
+
+    def argv(prefix, *extra, inputs=None):
+        return ["--input", *(inputs or [spm_corpus.path]), "--output-prefix", str(prefix),
+                "--tokenizer-type", "GPTSentencePieceTokenizer",
+                "--tokenizer-model", spm_corpus.model,
+                "--seq-length", str(SPM_P), "--target-length", str(SPM_L),
+                "--terminal-length", str(SPM_B), "--append-eod", "--no-progress",
+                *map(str, extra)]
+
+    return argv
+
+
+@pytest.fixture
+def run_tool(capsys):
+    """``run_tool(main, argv) -> (returncode, stdout, stderr)``: a tool's ``main`` run in-process
+    through :func:`megatron_endprompt.errors.run_cli`, exactly as the console script does."""
+    from megatron_endprompt.errors import run_cli
+
+    def call(main, argv):
+        capsys.readouterr()
+        rc = run_cli(main, [str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return call

@@ -1,0 +1,515 @@
+"""Every bad input of the data path: one line ``error: ...`` naming the file/flag, exit code 2,
+no partial output (no ``PREFIX.*``, no temporaries), and an existing good output left intact.
+Also interrupted runs, and missing/stale/truncated sidecars refused by inspect."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from megatron_endprompt.cli import inspect as inspect_cli
+from megatron_endprompt.cli import preprocess as preprocess_cli
+from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.errors import UserError
+
+P, L, B = 64, 512, 8  # as in tests/conftest.py (spm_args)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUFFIXES = (".bin", ".idx", ".endprompt")
+GOOD = json.dumps({"text": "The pass key of Alder is 12345. The river crosses the bridge."})
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _jsonl(path: Path, lines: list) -> str:
+    """Write raw lines (str or bytes) with newlines; returns the path."""
+    with open(path, "wb") as f:
+        for line in lines:
+            f.write((line.encode("utf-8") if isinstance(line, str) else line) + b"\n")
+    return str(path)
+
+
+def _outputs(prefix) -> list[str]:
+    """``PREFIX.*`` in the prefix's directory (temporaries ``PREFIX.bin.tmp-PID`` included)."""
+    return sorted(glob.glob(glob.escape(str(prefix)) + ".*"))
+
+
+def _snapshot(prefix) -> dict[str, bytes]:
+    return {s: Path(str(prefix) + s).read_bytes() for s in SUFFIXES}
+
+
+def _assert_one_error_line(rc, err, *needles, code=2):
+    assert rc == code, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got {err!r}"
+    assert lines[0].startswith("error: "), lines[0]
+    for needle in needles:
+        assert str(needle) in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _drop_flag(argv: list[str], flag: str) -> list[str]:
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2:]
+
+
+def _null_args(prefix, inputs, vocab=100):
+    return ["--input", inputs, "--output-prefix", str(prefix), "--tokenizer-type",
+            "NullTokenizer", "--vocab-size", str(vocab), "--seq-length", "4",
+            "--target-length", "16", "--terminal-length", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def good_output(spm_args, tmp_path_factory):
+    """A good output prefix, built once; tests copy it (``_copy_good``) before damaging it."""
+    from megatron_endprompt.errors import run_cli
+
+    prefix = str(tmp_path_factory.mktemp("good") / "good")
+    assert run_cli(preprocess_cli.main, spm_args(prefix)) == 0
+    return prefix
+
+
+def _copy_good(good_output, directory: Path, name="data") -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    prefix = str(directory / name)
+    for s in SUFFIXES:
+        shutil.copyfile(good_output + s, prefix + s)
+    return prefix
+
+
+# -- fatal preprocessing inputs ------------------------------------------------------------
+# Each case: d (a scratch dir), args (spm_args) -> (argv builder prefix -> argv, needles).
+def _case_malformed_json(d, args):
+    path = _jsonl(d / "in.jsonl", [GOOD, GOOD, '{"text": "unterminated', GOOD])
+    return (lambda p: args(p, inputs=[path])), [f"{path}:3", "malformed JSON"]
+
+
+def _case_malformed_json_workers(d, args):
+    path = _jsonl(d / "in.jsonl", [GOOD] * 20 + ["{'text': 'single quotes'}"] + [GOOD] * 5)
+    return (lambda p: args(p, "--workers", 2, inputs=[path])), [f"{path}:21", "malformed JSON"]
+
+
+def _case_missing_key(d, args):
+    path = _jsonl(d / "in.jsonl", [GOOD, json.dumps({"body": "x"})])
+    return (lambda p: args(p, inputs=[path])), [f"{path}:2", "'text'", "--json-keys"]
+
+
+def _case_missing_second_key(d, args):
+    path = _jsonl(d / "in.jsonl", [json.dumps({"title": "a", "text": "b"}),
+                                   json.dumps({"title": "a"})])
+    return (lambda p: args(p, "--json-keys", "title", "text", inputs=[path])), \
+        [f"{path}:2", "'text'", "--json-keys"]
+
+
+def _case_non_utf8(d, args):
+    path = _jsonl(d / "in.jsonl", [GOOD, b'{"text": "caf\xe9 au lait"}'])
+    return (lambda p: args(p, inputs=[path])), [f"{path}:2", "UTF-8"]
+
+
+def _case_not_an_object(d, args):
+    path = _jsonl(d / "in.jsonl", ['["text", "a list"]'])
+    return (lambda p: args(p, inputs=[path])), [f"{path}:1", "JSON object"]
+
+
+def _case_text_not_string(d, args):
+    path = _jsonl(d / "in.jsonl", [json.dumps({"text": 5})])
+    return (lambda p: args(p, inputs=[path])), [f"{path}:1", "'text'"]
+
+
+def _case_missing_tokenizer(d, args):
+    model = str(d / "no_such.model")
+    return (lambda p: args(p, "--tokenizer-model", model)), ["--tokenizer-model", model]
+
+
+def _case_garbage_tokenizer(d, args):
+    model = d / "garbage.model"
+    model.write_text("this is not a sentencepiece model\n")
+    return (lambda p: args(p, "--tokenizer-model", model)), ["--tokenizer-model", str(model)]
+
+
+def _case_unknown_tokenizer_type(d, args):
+    return (lambda p: args(p, "--tokenizer-type", "NoSuchTokenizer")), \
+        ["--tokenizer-type", "NoSuchTokenizer"]
+
+
+def _case_null_without_vocab(d, args):
+    path = _jsonl(d / "in.jsonl", ["1 2 3"])
+    return (lambda p: _drop_flag(_null_args(p, path), "--vocab-size")), ["--vocab-size"]
+
+
+def _case_token_id_ge_vocab(d, args):
+    path = _jsonl(d / "in.jsonl", [json.dumps({"text": "1 2 3 4 5 6"}),
+                                   json.dumps({"text": "5 150 7"})])
+    return (lambda p: _null_args(p, path, vocab=100)), [f"{path}:2", "150", "--vocab-size"]
+
+
+def _case_negative_token_id(d, args):
+    path = _jsonl(d / "in.jsonl", [json.dumps({"text": "1 2 3 4 5 6"}),
+                                   json.dumps({"text": "1 -5 3 4 5 6 7"})])
+    return (lambda p: _null_args(p, path, vocab=100)), [f"{path}:2", "-5", "negative"]
+
+
+def _case_text_not_integers_for_null_tokenizer(d, args):
+    path = _jsonl(d / "in.jsonl", [json.dumps({"text": "1 2 3 4 5 6"}),
+                                   json.dumps({"text": "hello world"})])
+    return (lambda p: _null_args(p, path, vocab=100)), [f"{path}:2", "NullTokenizer", "hello"]
+
+
+def _case_b_ge_p(d, args):
+    return (lambda p: args(p, "--terminal-length", P)), ["--terminal-length", f"P={P}"]
+
+
+def _case_b_zero(d, args):
+    return (lambda p: args(p, "--terminal-length", 0)), ["--terminal-length"]
+
+
+def _case_no_b(d, args):
+    return (lambda p: _drop_flag(args(p), "--terminal-length")), ["--terminal-length"]
+
+
+def _case_l_le_p(d, args):
+    return (lambda p: args(p, "--target-length", P)), ["--target-length", f"P={P}"]
+
+
+def _case_w_zero(d, args):
+    return (lambda p: args(p, "--terminal-loss-weight", 0)), ["--terminal-loss-weight"]
+
+
+def _case_w_negative(d, args):
+    return (lambda p: args(p, "--terminal-loss-weight", -0.5)), ["--terminal-loss-weight"]
+
+
+def _case_context_weight_negative(d, args):
+    return (lambda p: args(p, "--context-loss-weight", -1)), ["--context-loss-weight"]
+
+
+def _case_pose_cannot_fit(d, args):
+    return (lambda p: args(p, "--pose-chunks", P - B + 1)), ["--pose-chunks"]
+
+
+def _case_pose_zero(d, args):
+    return (lambda p: args(p, "--pose-chunks", 0)), ["--pose-chunks"]
+
+
+def _case_prompt_too_long(d, args):
+    # the built-in "This is the end of text, ..." prompt is longer than P = 8 tokens
+    return (lambda p: args(p, "--terminal-source", "prompt", "--seq-length", 8)), \
+        ["--terminal-prompts", "--seq-length"]
+
+
+def _case_pose_cannot_fit_prompt(d, args):
+    prompts = d / "prompts.txt"
+    prompts.write_text("End.\n")  # a few tokens: a = 20 - len < 19 chunks
+    return (lambda p: args(p, "--terminal-source", "prompt", "--terminal-prompts", prompts,
+                           "--seq-length", 20, "--pose-chunks", 19)), ["--pose-chunks"]
+
+
+def _case_prompts_file_missing(d, args):
+    path = str(d / "no_prompts.txt")
+    return (lambda p: args(p, "--terminal-source", "prompt", "--terminal-prompts", path)), \
+        ["--terminal-prompts", path]
+
+
+def _case_prompts_file_empty(d, args):
+    path = d / "prompts.txt"
+    path.write_text("\n   \n")
+    return (lambda p: args(p, "--terminal-source", "prompt", "--terminal-prompts", path)), \
+        ["--terminal-prompts", str(path)]
+
+
+def _case_input_missing(d, args):
+    path = str(d / "missing.jsonl")
+    return (lambda p: args(p, inputs=[path])), ["--input", path]
+
+
+def _case_glob_no_match(d, args):
+    pattern = str(d / "none-*.jsonl")
+    return (lambda p: args(p, inputs=[pattern])), ["--input", pattern]
+
+
+def _case_no_sample(d, args):
+    path = _jsonl(d / "in.jsonl", [GOOD, json.dumps({"text": "  "})])
+    return (lambda p: args(p, inputs=[path])), ["--input", "no sample", "--seq-length"]
+
+
+def _case_workers_zero(d, args):
+    return (lambda p: args(p, "--workers", 0)), ["--workers"]
+
+
+CASES = {name[len("_case_"):]: fn for name, fn in globals().items() if name.startswith("_case_")}
+
+
+@pytest.mark.parametrize("over_existing", [False, True], ids=["fresh", "over-existing"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fatal_input(case, over_existing, run_tool, spm_args, good_output, tmp_path):
+    scratch = tmp_path / "in"
+    scratch.mkdir()
+    make_argv, needles = CASES[case](scratch, spm_args)
+    outdir = tmp_path / "out"
+    if over_existing:
+        prefix = _copy_good(good_output, outdir)
+        before = _snapshot(prefix)
+    else:
+        outdir.mkdir()
+        prefix = str(outdir / "data")
+    rc, out, err = run_tool(preprocess_cli.main, make_argv(prefix))
+    _assert_one_error_line(rc, err, *needles)
+    if over_existing:
+        assert _snapshot(prefix) == before  # the old output is untouched ...
+        assert _outputs(prefix) == [prefix + s for s in sorted(SUFFIXES)]  # ... and alone
+        read_sidecar(sidecar_path(prefix), prefix=prefix)
+    else:
+        assert _outputs(prefix) == []
+    assert os.listdir(outdir) == [] or over_existing
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "under-proc", "missing-dir"])
+def test_output_prefix_not_writable(where, run_tool, spm_args, tmp_path):
+    if where == "under-a-file":
+        (tmp_path / "afile").write_text("a regular file\n")
+        prefix = str(tmp_path / "afile" / "out")
+    elif where == "under-proc":
+        prefix = f"/proc/endprompt-test-{os.getpid()}/out"
+    else:
+        prefix = str(tmp_path / "no_such_dir" / "out")
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(prefix))
+    _assert_one_error_line(rc, err, "--output-prefix", prefix)
+    assert _outputs(prefix) == []
+    assert sorted(os.listdir(tmp_path)) == (["afile"] if where == "under-a-file" else [])
+    if where == "under-proc":
+        assert not glob.glob(f"/proc/endprompt-test-{os.getpid()}*")
+        # and directly in /proc
+        rc, out, err = run_tool(preprocess_cli.main, spm_args("/proc/endprompt-test-out"))
+        _assert_one_error_line(rc, err, "--output-prefix", "/proc/endprompt-test-out")
+        assert not glob.glob("/proc/endprompt-test-out*")
+
+
+def test_preprocess_tool_subprocess_fails_cleanly(spm_args, tmp_path):
+    """The real script in a fresh interpreter: exit code 2, exactly one stderr line, no
+    traceback, no output files."""
+    path = _jsonl(tmp_path / "in.jsonl", [GOOD, "{not json"])
+    prefix = str(tmp_path / "out")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tools", "preprocess_endprompt.py"),
+         *spm_args(prefix, inputs=[path])], capture_output=True, text=True, timeout=120)
+    _assert_one_error_line(proc.returncode, proc.stderr, f"{path}:2", "malformed JSON")
+    assert proc.stdout == ""
+    assert _outputs(prefix) == []
+
+
+# -- skipped, not fatal --------------------------------------------------------------------
+def test_empty_and_whitespace_documents_are_skipped_and_counted(run_tool, spm_args, spm_corpus,
+                                                                good_output, tmp_path):
+    with open(spm_corpus.path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    noisy = (lines[:5] + [json.dumps({"text": ""}), "", json.dumps({"text": " \n\t "})]
+             + lines[5:20] + ["   ", json.dumps({"text": "\u3000\u00a0"})] + lines[20:])
+    path = _jsonl(tmp_path / "noisy.jsonl", noisy)
+    prefix = str(tmp_path / "noisy")
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(prefix, inputs=[path]))
+    assert rc == 0, err
+    summary = read_sidecar(sidecar_path(prefix), prefix=prefix).header.stats
+    assert summary["documents_skipped"] == {"empty or whitespace-only text": 3, "blank line": 2}
+    assert summary["documents_used"] == len(lines)
+    assert summary["documents_read"] == len(noisy) == len(lines) + 5
+    assert "skipped (empty or whitespace-only text): 3" in out
+    assert "skipped (blank line): 2" in out
+    # skipping changes nothing else: same data as the clean corpus
+    assert Path(prefix + ".bin").read_bytes() == Path(good_output + ".bin").read_bytes()
+    assert Path(prefix + ".idx").read_bytes() == Path(good_output + ".idx").read_bytes()
+
+
+# -- interrupted runs ----------------------------------------------------------------------
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("over_existing", [False, True], ids=["fresh", "over-existing"])
+@pytest.mark.parametrize("where", ["finalize", "sidecar", "mid-stream"])
+def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool, spm_args,
+                                                 good_output, tmp_path, monkeypatch):
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    import megatron_endprompt.data.preprocess as pp
+    from megatron_endprompt.data.samples import SampleMaker
+
+    workers = 1
+    if where == "finalize":
+        monkeypatch.setattr(IndexedDatasetBuilder, "finalize", _interrupt)
+    elif where == "sidecar":
+        monkeypatch.setattr(pp, "write_sidecar", _interrupt)
+    else:  # Ctrl-C while the worker pool is streaming
+        calls = {"n": 0}
+        original = SampleMaker.add_document
+
+        def add_document(self, tokens):
+            calls["n"] += 1
+            if calls["n"] == 10:
+                raise KeyboardInterrupt
+            return original(self, tokens)
+
+        monkeypatch.setattr(SampleMaker, "add_document", add_document)
+        monkeypatch.setattr(pp, "_BATCH_LINES", 2)
+        workers = 2
+    if over_existing:
+        prefix = _copy_good(good_output, tmp_path)
+        before = _snapshot(prefix)
+    else:
+        prefix = str(tmp_path / "data")
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(prefix, "--workers", workers))
+    _assert_one_error_line(rc, err, "interrupted", code=130)
+    assert not glob.glob(str(tmp_path / "*.tmp-*"))
+    if over_existing:
+        assert _snapshot(prefix) == before
+    else:
+        assert _outputs(prefix) == []
+
+
+def test_interrupt_while_renaming_leaves_incomplete_set(run_tool, spm_args, spm_corpus,
+                                                        good_output, tmp_path, monkeypatch):
+    """Interrupted between the renames of the commit: PREFIX.bin (renamed last) is absent, so
+    the set does not look complete, and inspect refuses it."""
+    prefix = _copy_good(good_output, tmp_path)
+    lines = Path(spm_corpus.path).read_text(encoding="utf-8").splitlines()
+    other = _jsonl(tmp_path / "other.jsonl", lines[:15])
+    original, calls = os.replace, {"n": 0}
+
+    def replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(prefix, inputs=[other]))
+    monkeypatch.undo()
+    _assert_one_error_line(rc, err, "interrupted", code=130)
+    assert not glob.glob(str(tmp_path / "*.tmp-*"))
+    assert not os.path.exists(prefix + ".bin")
+    rc, out, err = run_tool(inspect_cli.main, [prefix])
+    _assert_one_error_line(rc, err, prefix + ".bin")
+
+
+# -- inspect: missing / stale / truncated sidecars -----------------------------------------
+@pytest.fixture(scope="module")
+def other_output(spm_args, spm_corpus, tmp_path_factory):
+    """Preprocessing of different data (the first 15 documents) with the same flags."""
+    from megatron_endprompt.errors import run_cli
+
+    d = tmp_path_factory.mktemp("other")
+    lines = Path(spm_corpus.path).read_text(encoding="utf-8").splitlines()
+    path = _jsonl(d / "other.jsonl", lines[:15])
+    prefix = str(d / "other")
+    assert run_cli(preprocess_cli.main, spm_args(prefix, inputs=[path])) == 0
+    return prefix
+
+
+def _damage_missing(prefix, other):
+    os.unlink(prefix + ".endprompt")
+    return [prefix + ".endprompt", "not found"]
+
+
+def _damage_truncated_records(prefix, other):
+    data = Path(prefix + ".endprompt").read_bytes()
+    Path(prefix + ".endprompt").write_bytes(data[:-3])
+    return [prefix + ".endprompt", "truncated"]
+
+
+def _damage_truncated_header(prefix, other):
+    data = Path(prefix + ".endprompt").read_bytes()
+    Path(prefix + ".endprompt").write_bytes(data[:10])
+    return [prefix + ".endprompt", "truncated"]
+
+
+def _damage_truncated_json(prefix, other):
+    data = Path(prefix + ".endprompt").read_bytes()
+    Path(prefix + ".endprompt").write_bytes(data[:40])
+    return [prefix + ".endprompt"]
+
+
+def _damage_bad_magic(prefix, other):
+    data = bytearray(Path(prefix + ".endprompt").read_bytes())
+    data[:8] = b"NOTMAGIC"
+    Path(prefix + ".endprompt").write_bytes(bytes(data))
+    return [prefix + ".endprompt", "not an EndPrompt sidecar"]
+
+
+def _damage_flipped_record(prefix, other):
+    data = bytearray(Path(prefix + ".endprompt").read_bytes())
+    data[-2] ^= 0x01
+    Path(prefix + ".endprompt").write_bytes(bytes(data))
+    return [prefix + ".endprompt", "checksum"]
+
+
+def _damage_stale_bin(prefix, other):
+    """The .bin rewritten by a later run on different data; .idx and sidecar are old."""
+    shutil.copyfile(other + ".bin", prefix + ".bin")
+    return [prefix + ".endprompt", prefix + ".bin"]
+
+
+def _damage_stale_bin_and_idx(prefix, other):
+    shutil.copyfile(other + ".bin", prefix + ".bin")
+    shutil.copyfile(other + ".idx", prefix + ".idx")
+    return [prefix + ".endprompt", prefix + ".bin"]
+
+
+def _damage_stale_sidecar(prefix, other):
+    """A sidecar from another run copied next to this data."""
+    shutil.copyfile(other + ".endprompt", prefix + ".endprompt")
+    return [prefix + ".endprompt", prefix + ".bin"]
+
+
+def _damage_modified_idx(prefix, other):
+    with open(prefix + ".idx", "ab") as f:
+        f.write(b"\0")
+    return [prefix + ".endprompt", prefix + ".idx"]
+
+
+DAMAGES = {n[len("_damage_"):]: f for n, f in globals().items() if n.startswith("_damage_")}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_inspect_refuses_bad_sidecar(damage, run_tool, good_output, other_output, tmp_path):
+    prefix = _copy_good(good_output, tmp_path)
+    needles = DAMAGES[damage](prefix, other_output)
+    before = sorted(os.listdir(tmp_path))
+    rc, out, err = run_tool(inspect_cli.main, [prefix, "--json"])
+    line = _assert_one_error_line(rc, err, *needles)
+    assert out == ""
+    with pytest.raises(UserError) as exc:
+        read_sidecar(sidecar_path(prefix), prefix=prefix)
+    assert f"error: {exc.value}" == line  # the library refuses with the same message
+    assert sorted(os.listdir(tmp_path)) == before  # inspect writes nothing
+
+
+@pytest.mark.parametrize("missing", [".bin", ".idx"])
+def test_inspect_missing_data_file(missing, run_tool, good_output, tmp_path):
+    prefix = _copy_good(good_output, tmp_path)
+    os.unlink(prefix + missing)
+    rc, out, err = run_tool(inspect_cli.main, [prefix])
+    _assert_one_error_line(rc, err, prefix + missing, "--output-prefix")
+    with pytest.raises(UserError, match="missing"):
+        read_sidecar(sidecar_path(prefix), prefix=prefix)
+
+
+@pytest.mark.parametrize("index", [-1, 10**6])
+def test_inspect_index_out_of_range(index, run_tool, good_output):
+    n = read_sidecar(sidecar_path(good_output)).header.num_samples
+    rc, out, err = run_tool(inspect_cli.main, [good_output, "--index", index])
+    _assert_one_error_line(rc, err, "--index", f"{n} samples")
+
+
+def test_sidecar_without_prefix_check_still_reads(good_output, other_output, tmp_path):
+    """Sanity for the stale cases above: the damaged-by-copy sidecar itself is intact; only
+    its pairing with the data is refused."""
+    prefix = _copy_good(good_output, tmp_path)
+    shutil.copyfile(other_output + ".bin", prefix + ".bin")
+    sc = read_sidecar(sidecar_path(prefix))
+    assert sc.header.num_samples == len(np.asarray(sc.records)) > 0
