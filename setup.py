@@ -24,6 +24,7 @@ setup(
         "sentencepiece>=0.2",
         "transformers>=4.45",
         "safetensors>=0.4",
+        "psutil>=5.9",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],

@@ -30,16 +30,27 @@ def parse_losses(log: str) -> dict[int, float]:
     return {int(m.group(1)): float(m.group(2)) for m in _ITER.finditer(log)}
 
 
+def run_pretrain(args: list[str], *, log_path: str, nproc: int = 2) -> tuple[int, str]:
+    """``torchrun --nproc_per_node N -m megatron_endprompt.training.pretrain ARGS``; returns
+    ``(exit code, log text)``; the log also goes to ``log_path``."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_port", str(29500 + os.getpid() % 1000),
+           "-m", "megatron_endprompt.training.pretrain", *args]
+    env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1"}
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    with open(log_path) as f:
+        return proc.returncode, f.read()
+
+
 def train_tiny(*, workdir: str, tokenizer_model: str, data_prefixes: list[str],
                seq_length: int, target_length: int, train_iters: int, parallel: str = "tp2",
                extra: list[str] | None = None, nproc: int = 2) -> dict[int, float]:
-    """Run the training; returns the logged loss per iteration. Raises on failure."""
+    """Run the demo training; returns the logged loss per iteration. Raises on failure."""
     ckpt = os.path.join(workdir, "checkpoints")
     shutil.rmtree(ckpt, ignore_errors=True)  # a fresh run each time, never a stale resume
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-        "--master_port", str(29500 + os.getpid() % 1000),
-        "-m", "megatron_endprompt.training.pretrain", *TINY_LLAMA, *PARALLEL[parallel],
+    args = [
+        *TINY_LLAMA, *PARALLEL[parallel],
         "--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length),
         "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", tokenizer_model,
         "--data-path", *data_prefixes, "--split", "90,5,5",
@@ -53,17 +64,15 @@ def train_tiny(*, workdir: str, tokenizer_model: str, data_prefixes: list[str],
         "--num-workers", "0", "--save", ckpt, "--save-interval", str(train_iters),
         "--ckpt-format", "torch_dist", *(extra or []),
     ]
+    log_path = os.path.join(workdir, "train.log")
     print(f"\n$ torchrun --nproc_per_node {nproc} -m megatron_endprompt.training.pretrain "
-          f"... ({parallel}, {train_iters} iterations; log: {workdir}/train.log)", flush=True)
-    env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1"}
-    with open(os.path.join(workdir, "train.log"), "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    text = open(os.path.join(workdir, "train.log")).read()
+          f"... ({parallel}, {train_iters} iterations; log: {log_path})", flush=True)
+    rc, text = run_pretrain(args, log_path=log_path, nproc=nproc)
     losses = parse_losses(text)
     for it, loss in sorted(losses.items()):
         print(f"  iteration {it:4d}  lm loss {loss:.4f}")
-    if proc.returncode != 0 or not losses:
+    if rc != 0 or not losses:
         tail = "\n".join(text.splitlines()[-15:])
-        raise SystemExit(f"error: demo training failed (exit {proc.returncode}); last lines of "
-                         f"{workdir}/train.log:\n{tail}")
+        raise SystemExit(f"error: demo training failed (exit {rc}); last lines of "
+                         f"{log_path}:\n{tail}")
     return losses

@@ -30,6 +30,8 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                    help="override the sidecars' context weight (>= 0)")
     g.add_argument("--endprompt-require-sidecar", action="store_true",
                    help="refuse data prefixes without a sidecar (no plain replay data)")
+    g.add_argument("--endprompt-loss-log", default=None, metavar="DIR",
+                   help="write exact per-micro-batch loss terms to DIR/rank*.jsonl (debugging)")
     return parser
 
 

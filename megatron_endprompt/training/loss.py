@@ -39,6 +39,46 @@ def weighted_loss_terms(
 
 
 def loss_func(loss_mask: torch.Tensor, terminal_mask: torch.Tensor | None,
-              output_tensor: torch.Tensor):
+              output_tensor: torch.Tensor, *, loss_log: str | None = None):
     """Megatron ``loss_func`` (3-tuple form for ``--calculate-per-token-loss``)."""
-    return weighted_loss_terms(output_tensor, loss_mask, terminal_mask)
+    loss_sum, count, report = weighted_loss_terms(output_tensor, loss_mask, terminal_mask)
+    if loss_log is not None and torch.is_grad_enabled():
+        _append_loss_record(loss_log, report)
+    return loss_sum, count, report
+
+
+def _append_loss_record(directory: str, report: dict[str, torch.Tensor]) -> None:
+    """``--endprompt-loss-log DIR``: one JSON line per training micro-batch with the exact
+    ``[numerator, denominator]`` pairs, per rank (TP rank 0 of the last stage writes). Summing
+    an iteration's pairs over micro-batches and ranks gives its exact loss — Megatron's
+    printed value is a running average at 7 digits. Costs a device sync; debugging aid."""
+    import json
+    import os
+
+    from megatron.core import parallel_state as mpu
+    from megatron.training import get_args
+
+    if mpu.get_tensor_model_parallel_rank() != 0:
+        return
+    os.makedirs(directory, exist_ok=True)
+    record = {"iteration": int(get_args().curr_iteration) + 1}
+    record.update({k: [float(x) for x in v.tolist()] for k, v in report.items()})
+    path = os.path.join(directory, f"rank{torch.distributed.get_rank()}.jsonl")
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_loss_log(directory: str, key: str = "lm loss") -> dict[int, float]:
+    """Exact per-iteration loss ``{iteration: sum(num) / sum(den)}`` from a loss log."""
+    import glob
+    import json
+
+    sums: dict[int, list[float]] = {}
+    for path in glob.glob(f"{directory}/rank*.jsonl"):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                acc = sums.setdefault(rec["iteration"], [0.0, 0.0])
+                acc[0] += rec[key][0]
+                acc[1] += rec[key][1]
+    return {it: num / den for it, (num, den) in sorted(sums.items()) if den}

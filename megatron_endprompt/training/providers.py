@@ -102,10 +102,13 @@ def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = Fa
 
     first = bool(get_attr_wrapped_model(model, "pre_process"))
     last = bool(get_attr_wrapped_model(model, "post_process"))
+    from megatron.training import get_args
+
     batch = get_batch(data_iterator, first_stage=first, last_stage=last)
     output = model(batch.get("tokens"), batch["position_ids"], batch.get("attention_mask"),
                    labels=batch.get("labels"))
-    return output, partial(loss_func, batch.get("loss_mask"), batch.get("terminal_mask"))
+    return output, partial(loss_func, batch.get("loss_mask"), batch.get("terminal_mask"),
+                           loss_log=get_args().endprompt_loss_log)
 
 
 # Every rank enters the builder (it synchronises with barriers); ``is_built_on_rank`` keeps
