@@ -67,3 +67,15 @@ def run_tool(capsys):
         return rc, out, err
 
     return call
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests run only where CUDA is present (``pytest -m gpu`` on a GPU machine)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

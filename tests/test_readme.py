@@ -1,0 +1,38 @@
+"""The README's two commands: `make demo` runs end to end here; `make test` is what CI runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_readme_starts_with_the_two_commands_and_ci_calls_the_test_one():
+    readme = open(os.path.join(REPO, "README.md")).read()
+    block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["make demo", "make test"]
+    ci = open(os.path.join(REPO, ".ci", "run")).read()
+    assert "make test" in ci
+    makefile = open(os.path.join(REPO, "Makefile")).read()
+    assert re.search(r"^test: .*\n\t.*pytest", makefile, re.M)
+    assert "find_python312.sh" in makefile
+
+
+@pytest.mark.slow
+def test_make_demo_runs_end_to_end(tmp_path):
+    env = {**os.environ, "MAKEFLAGS": ""}
+    proc = subprocess.run(["make", "-C", REPO, "demo"], capture_output=True, text=True,
+                          env=env, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "wrote " in out and "samples written" in out
+    assert "datasets via BlendedMegatronDatasetBuilder" in out
+    m = re.search(r"training loss: iteration 1 ([0-9.]+) -> iteration (\d+) ([0-9.]+) \(falls\)", out)
+    assert m, out[-3000:]
+    assert float(m.group(3)) < float(m.group(1)) - 0.5
+    assert os.path.isdir(os.path.join(REPO, "demo_out", "checkpoints"))

@@ -1,0 +1,55 @@
+"""Positions reach every TP/PP/CP rank: ``get_batch`` under real process groups (gloo)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from megatron_endprompt.model.cp import zigzag_slice
+from megatron_endprompt.training.batch import terminal_mask_from_positions
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def make_batch() -> dict[str, torch.Tensor]:
+    """Two rows: a fixed EndPrompt layout and a PoSE one, S=16, L=128."""
+    pos = torch.stack([torch.cat([torch.arange(12), torch.arange(124, 128)]),
+                       torch.cat([torch.arange(5), torch.arange(40, 47), torch.arange(90, 94)])])
+    tokens = torch.arange(32).view(2, 16) + 100
+    return {"tokens": tokens, "labels": tokens + 1, "position_ids": pos,
+            "loss_mask": torch.where(pos > 60, 0.25, 1.0).float()}
+
+
+def _run(tmp_path, **layout) -> list[dict]:
+    n = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
+           "--master_port", str(29700 + os.getpid() % 200), os.path.join(HERE, "batch_worker.py"),
+           "--out", str(tmp_path), *[f"--{k}={v}" for k, v in layout.items()]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(cp=2)])
+def test_every_rank_gets_its_positions(tmp_path, layout):
+    full = make_batch()
+    full["terminal_mask"] = terminal_mask_from_positions(full["position_ids"])
+    cp = layout.get("cp", 1)
+    for got in _run(tmp_path, **layout):
+        r = got["cp_rank"]
+        expect = {k: zigzag_slice(v, cp_size=cp, cp_rank=r, seq_dim=1) if cp > 1 else v
+                  for k, v in full.items()}
+        assert torch.equal(got["position_ids"], expect["position_ids"]), "positions on every rank"
+        if got["first"]:
+            assert torch.equal(got["tokens"], expect["tokens"])
+        if got["last"]:
+            for k in ("labels", "loss_mask", "terminal_mask"):
+                assert torch.equal(got[k], expect[k]), k
+            assert got["loss_mask"].dtype == torch.float32
+        if not got["first"]:
+            assert "tokens" not in got
