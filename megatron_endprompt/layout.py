@@ -26,6 +26,7 @@ label token after the sample get ``terminal_loss_weight``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,15 +149,26 @@ def record_runs(record: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return offsets, starts
 
 
+@functools.lru_cache(maxsize=8)
+def _arange(n: int) -> np.ndarray:
+    """Read-only ``arange(n)`` int64: copying it is cheaper than building it per sample."""
+    out = np.arange(n, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
 def positions_from_record(record: np.ndarray, seq_length: int) -> np.ndarray:
     """Position ids ``[P]`` (int64) of one sample."""
-    offsets, starts = record_runs(record)
-    positions = np.arange(seq_length, dtype=np.int64)
-    # Each run adds its jump (start - offset) relative to the previous run from its offset on.
-    jumps = np.diff(starts - offsets, prepend=0)
-    for offset, jump in zip(offsets.tolist(), jumps.tolist()):
-        if jump:
-            positions[offset:] += jump
+    rec = np.asarray(record).tolist()  # plain ints: scalar ops beat numpy calls here
+    n = len(rec) // 2
+    # Runs after piece 0 (which keeps positions 0..): PoSE pieces 1..N-1, then the terminal.
+    offsets = rec[2 : n + 1] + [rec[0]]
+    starts = rec[n + 1 :] + [rec[1]]
+    ends = offsets[1:] + [seq_length]
+    positions = _arange(seq_length).copy()
+    for offset, start, end in zip(offsets, starts, ends):
+        if start != offset:
+            positions[offset:end] += start - offset
     return positions
 
 

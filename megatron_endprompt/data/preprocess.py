@@ -11,6 +11,7 @@ tokenizes; the main process cuts the ordered token stream into samples
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import time
@@ -33,6 +34,9 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
 _BATCH_LINES = 128
+# A batch also ends at this many bytes: long documents make small batches, so the pool gets
+# enough tasks to keep every worker busy to the end (load balance, first results sooner).
+_BATCH_BYTES = 1 << 16
 
 
 @dataclass(kw_only=True)
@@ -117,15 +121,17 @@ def _encode_line(path: str, lineno: int, raw: bytes) -> tuple[str, np.ndarray | 
     text = "\n".join(parts)
     if not text.strip():
         return "empty or whitespace-only text", None
+    eod = _WORKER["eod"]
     try:
-        ids = np.asarray(_WORKER["tok"].tokenize(text), dtype=np.int64)
+        ids = _WORKER["tok"].tokenize(text)
+        # One pass from the Python ints to int64, EOD included (no np.append copy).
+        ids = np.fromiter(ids if eod is None else itertools.chain(ids, (eod,)),
+                          dtype=np.int64, count=len(ids) + (eod is not None))
     except Exception as exc:  # e.g. NullTokenizer on text that is not whitespace-separated ints
         spec = _WORKER["spec"]
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UserError(f"{where}: --tokenizer-type {spec.tokenizer_type} cannot tokenize this "
                         f"text ({first}); use the matching tokenizer or fix the line") from None
-    if _WORKER["eod"] is not None:
-        ids = np.append(ids, _WORKER["eod"])
     if len(ids) == 0:
         return "no tokens after tokenization", None
     if int(ids.min()) < 0:  # would wrap around silently in the unsigned .bin dtype
@@ -164,13 +170,15 @@ def expand_inputs(patterns: list[str]) -> list[str]:
 
 def _batches(paths: list[str]) -> Iterator[list[tuple[str, int, bytes]]]:
     batch = []
+    size = 0
     for path in paths:
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 batch.append((path, lineno, raw))
-                if len(batch) == _BATCH_LINES:
+                size += len(raw)
+                if len(batch) == _BATCH_LINES or size >= _BATCH_BYTES:
                     yield batch
-                    batch = []
+                    batch, size = [], 0
     if batch:
         yield batch
 
@@ -187,7 +195,7 @@ def _encoded(opts: PreprocessOptions, paths: list[str]) -> Iterator[tuple[str, n
 
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(opts.workers, initializer=_init_worker, initargs=init) as pool:
-        for results in pool.imap(_encode_batch, _batches(paths), chunksize=2):
+        for results in pool.imap(_encode_batch, _batches(paths)):
             yield from results
 
 
