@@ -12,22 +12,10 @@ from __future__ import annotations
 import os
 import sys
 
-#: Flags a CPU run needs (the local layer spec, no CUDA-only fusions); added automatically
-#: when the CPU runtime is active and the user did not set them.
-CPU_FLAGS: list[str] = [
-    "--distributed-backend", "gloo",
-    "--transformer-impl", "local",
-    "--use-cpu-initialization",
-    "--no-rope-fusion",
-    "--no-gradient-accumulation-fusion",
-    "--no-masked-softmax-fusion",
-    "--no-bias-swiglu-fusion",
-    "--no-bias-dropout-fusion",
-    "--no-persist-layer-norm",
-]
-
-
 def _with_cpu_flags(argv: list[str]) -> list[str]:
+    """Prepend the runtime's CPU flags (local layer spec, no CUDA fusions) the user did not set."""
+    from megatron_endprompt.runtime import CPU_ARGS as CPU_FLAGS
+
     present = set(a.split("=")[0] for a in argv if a.startswith("--"))
     extra: list[str] = []
     i = 0
