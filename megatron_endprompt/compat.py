@@ -130,3 +130,44 @@ def quiet_megatron_import_noise() -> None:
     warnings.filterwarnings("ignore", message=".*Could not determine rank from torch.distributed.*")
     warnings.filterwarnings("ignore", message=".*absl.logging is not installed.*")
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+
+# --- checkpoint conversion (megatron_endprompt.conversion) -----------------------------------
+
+
+class cpu_checkpoint_io:  # noqa: N801 - used as a context manager
+    """Let ``dist_checkpointing.save/load`` run in a process without CUDA.
+
+    0.19's filesystem writer calls ``torch.cuda.synchronize()`` before copying tensors to the
+    host and allocates its failure flag on ``torch.cuda.current_device()``, unconditionally;
+    without a driver both raise. When CUDA is unavailable they become a no-op and ``"cpu"``
+    for the duration (every tensor is on the CPU). Restored on exit; does nothing when CUDA is
+    available.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+
+        def synchronize(device: Any = None) -> None:
+            """No CUDA device: nothing to synchronise."""
+
+        def current_device() -> str:
+            """No CUDA device: tensors Megatron puts on the "current device" go to the CPU."""
+            return "cpu"
+
+        for name, repl in (("synchronize", synchronize), ("current_device", current_device)):
+            self._saved[name] = getattr(torch.cuda, name)
+            setattr(torch.cuda, name, repl)
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        for name, original in self._saved.items():
+            setattr(torch.cuda, name, original)
+        self._saved = {}

@@ -1,0 +1,22 @@
+"""Checkpoint conversion both ways: Hugging Face Llama <-> Megatron-Core ``torch_dist``.
+
+* :mod:`.mapping` — the weight mapping, declared as data (one table for both directions);
+* :mod:`.hf_config` — ``config.json`` <-> Megatron arguments (RoPE base, EndPrompt ``L``/``s``);
+* :mod:`.hf_io` — streaming safetensors reader, sharded writer with index;
+* :mod:`.megatron_ckpt` — writing/finding/reading ``torch_dist`` checkpoints on one CPU process;
+* :mod:`.tokenizer` — the exported tokenizer in HF form (SentencePiece models converted);
+* :mod:`.output` — all-or-nothing output directories;
+* :mod:`.hf_to_megatron`, :mod:`.megatron_to_hf` — the two conversions.
+
+Command line: ``tools/convert_checkpoint.py`` (:mod:`megatron_endprompt.cli.convert`).
+"""
+
+from megatron_endprompt.conversion.hf_to_megatron import HFToMegatronOptions, convert_hf_to_megatron
+from megatron_endprompt.conversion.megatron_to_hf import MegatronToHFOptions, convert_megatron_to_hf
+
+__all__ = [
+    "HFToMegatronOptions",
+    "MegatronToHFOptions",
+    "convert_hf_to_megatron",
+    "convert_megatron_to_hf",
+]

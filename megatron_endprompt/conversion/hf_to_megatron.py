@@ -1,0 +1,150 @@
+"""HF Llama directory -> Megatron-Core ``torch_dist`` checkpoint that ``pretrain --load DIR
+--finetune`` (or ``--pretrained-checkpoint DIR``) accepts at any TP/PP.
+
+Steps: validate the config and every tensor's presence and shape *before* writing anything;
+build a TP=PP=1 ``GPTModel`` on the CPU in the weights' dtype (uninitialised, so building costs
+no compute); stream the HF tensors one Megatron weight at a time through the mapping
+(:mod:`.mapping`) into its parameters; save as a ``release`` checkpoint with the saved Megatron
+``args`` (:mod:`.megatron_ckpt`). Peak memory is the model once plus one layer's QKV or
+gate/up tensors (safetensors are memory-mapped), i.e. about 1x the checkpoint size.
+
+``--tensor-parallel-size`` only decides the vocabulary padding (Megatron pads to
+``--make-vocab-size-divisible-by`` x TP, and a dist checkpoint's embedding shape must match the
+run's); it and ``--pipeline-parallel-size`` are validated against the architecture and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from megatron_endprompt.conversion.hf_config import (
+    HFModelSpec,
+    megatron_args,
+    megatron_flags,
+    read_hf_config,
+)
+from megatron_endprompt.conversion.hf_io import HFCheckpointReader
+from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, expand, to_megatron
+from megatron_endprompt.conversion.megatron_ckpt import (
+    build_gpt_model,
+    padded_vocab_size,
+    save_release_checkpoint,
+    single_process_group,
+)
+from megatron_endprompt.conversion.output import atomic_output_dir, check_output
+from megatron_endprompt.errors import UserError
+
+__all__ = ["HFToMegatronOptions", "convert_hf_to_megatron", "dims_for"]
+
+#: Written next to the checkpoint: source, Megatron flags, vocabulary padding.
+CONVERSION_RECORD = "endprompt_conversion.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HFToMegatronOptions:
+    """Options of ``convert_checkpoint.py hf-to-megatron``."""
+
+    hf_dir: str
+    output: str
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    make_vocab_size_divisible_by: int = 128
+    overwrite: bool = False
+    progress: bool = True
+
+
+def dims_for(spec: HFModelSpec, padded_vocab: int) -> Dims:
+    """Mapping dimensions of ``spec`` with vocabulary padded to ``padded_vocab``."""
+    return Dims(num_layers=spec.num_layers, hidden_size=spec.hidden_size,
+                ffn_hidden_size=spec.ffn_hidden_size,
+                num_attention_heads=spec.num_attention_heads,
+                num_query_groups=spec.num_query_groups, head_dim=spec.head_dim,
+                vocab_size=spec.vocab_size, padded_vocab_size=padded_vocab, tied=spec.tied)
+
+
+def _check_parallel(spec: HFModelSpec, tp: int, pp: int) -> None:
+    if tp < 1 or pp < 1:
+        raise UserError("--tensor-parallel-size and --pipeline-parallel-size must be >= 1")
+    if spec.num_attention_heads % tp or spec.num_query_groups % tp:
+        raise UserError(f"--tensor-parallel-size {tp} must divide num_attention_heads "
+                        f"{spec.num_attention_heads} and num_key_value_heads "
+                        f"{spec.num_query_groups}")
+    if spec.num_layers % pp:
+        raise UserError(f"--pipeline-parallel-size {pp} must divide num_hidden_layers "
+                        f"{spec.num_layers}")
+
+
+def check_hf_tensors(reader: HFCheckpointReader, dims: Dims, hf_dir: str) -> torch.dtype:
+    """Every tensor the mapping needs is present with the shape the config implies; returns
+    their (common) dtype. Raises :class:`UserError` naming the first problem."""
+    dtypes = set()
+    names = set(reader.names())
+    for mapping, layer in expand(LLAMA_MAPPINGS, dims):
+        for name, want in zip(mapping.hf_names(layer=layer), dims.hf_shapes(mapping)):
+            if name not in names:
+                raise UserError(f"{hf_dir}: tensor {name} is missing (partial or non-Llama "
+                                "checkpoint)")
+            got = reader.shape(name)
+            if got != want:
+                raise UserError(
+                    f"{hf_dir}: {name} has shape {list(got)} but config.json implies "
+                    f"{list(want)} (num_attention_heads={dims.num_attention_heads}, "
+                    f"num_key_value_heads={dims.num_query_groups}, head_dim={dims.head_dim}, "
+                    f"hidden_size={dims.hidden_size}, intermediate_size={dims.ffn_hidden_size}, "
+                    f"vocab_size={dims.vocab_size})")
+            dtypes.add(reader.dtype(name))
+    if len(dtypes) != 1:
+        raise UserError(f"{hf_dir}: mixed tensor dtypes {sorted(map(str, dtypes))}")
+    return dtypes.pop()
+
+
+def convert_hf_to_megatron(opts: HFToMegatronOptions) -> dict[str, Any]:
+    """Run the conversion; returns a summary (paths, flags, sizes)."""
+    from tqdm import tqdm
+
+    check_output(opts.output, overwrite=opts.overwrite)
+    spec = read_hf_config(opts.hf_dir)
+    tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+    _check_parallel(spec, tp, pp)
+    padded = padded_vocab_size(spec.vocab_size, divisible_by=opts.make_vocab_size_divisible_by,
+                               tensor_parallel_size=tp)
+    dims = dims_for(spec, padded)
+    reader = HFCheckpointReader(opts.hf_dir)
+    dtype = check_hf_tensors(reader, dims, opts.hf_dir)
+    spec = replace(spec, dtype=str(dtype).removeprefix("torch."))
+    flags = megatron_flags(spec, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                           make_vocab_size_divisible_by=opts.make_vocab_size_divisible_by)
+    args = megatron_args(spec, flags, padded_vocab_size=padded)
+    work = list(expand(LLAMA_MAPPINGS, dims))
+    with atomic_output_dir(opts.output, overwrite=opts.overwrite) as tmp, single_process_group():
+        model = build_gpt_model(args)
+        params = model.state_dict()
+        expected = {k for k, v in params.items() if isinstance(v, torch.Tensor)}
+        filled = set()
+        for mapping, layer in tqdm(work, desc="hf-to-megatron", unit="tensor",
+                                   disable=not opts.progress):
+            name = mapping.megatron_name(layer=layer)
+            hf = [reader.get(n) for n in mapping.hf_names(layer=layer)]
+            with torch.no_grad():
+                params[name].copy_(to_megatron(mapping, hf, dims))
+            filled.add(name)
+            del hf
+        if filled != expected:  # the mapping must cover the model exactly
+            raise RuntimeError(f"mapping does not cover the Megatron model: missing "
+                               f"{sorted(expected - filled)}, extra {sorted(filled - expected)}")
+        ckpt_dir = save_release_checkpoint(model, args, tmp)
+        record = {"source": os.path.abspath(opts.hf_dir), "megatron_flags": flags,
+                  "vocab_size": spec.vocab_size, "padded_vocab_size": padded,
+                  "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+                  "dtype": spec.dtype}
+        with open(os.path.join(tmp, CONVERSION_RECORD), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+        del model, params
+    return {**record, "output": opts.output,
+            "checkpoint": os.path.join(opts.output, os.path.basename(ckpt_dir)),
+            "tensors": len(work)}

@@ -1,0 +1,190 @@
+"""Megatron-Core ``torch_dist`` checkpoint (any TP/PP, ``iter_*`` or the ``latest`` pointer)
+-> HF Llama directory: sharded safetensors + index, ``config.json``, tokenizer.
+
+No GPU and no knowledge of the saving run's layout are needed: the checkpoint stores global
+tensors, read here one at a time (:func:`~.megatron_ckpt.read_tensor`, a per-layer weight as its
+layer-stacked global tensor) in a single-process gloo group, mapped to HF names (:mod:`.mapping`)
+and streamed into shards. Peak memory: the largest stacked weight (``linear_fc1`` of all layers,
+under half of a Llama model) plus one output shard (2 GiB by default).
+The architecture comes from the checkpoint's saved ``args``; ``L`` and ``s`` default to the
+EndPrompt flags the training run recorded (``endprompt_target_length``, ``endprompt_pi_factor``).
+
+Vocabulary un-padding: the real vocabulary size is, in order, the HF config recorded by
+``hf-to-megatron`` (untrained conversions), the size of the tokenizer Megatron built from the
+saved ``--tokenizer-type/--tokenizer-model/--vocab-size`` (exactly what it padded), or the length
+of the ``--tokenizer`` exported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
+from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
+from megatron_endprompt.conversion.mapping import (
+    LLAMA_MAPPINGS,
+    Dims,
+    expand,
+    megatron_shape,
+    to_hf,
+)
+from megatron_endprompt.conversion.megatron_ckpt import (
+    find_checkpoint,
+    load_common_state,
+    read_tensor,
+    single_process_group,
+    tensor_metadata,
+)
+from megatron_endprompt.conversion.output import atomic_output_dir, check_output
+from megatron_endprompt.errors import UserError
+
+__all__ = ["MegatronToHFOptions", "convert_megatron_to_hf", "resolve_window"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MegatronToHFOptions:
+    """Options of ``convert_checkpoint.py megatron-to-hf``."""
+
+    checkpoint: str
+    output: str
+    tokenizer: str | None = None
+    target_length: int | None = None
+    pi_factor: float | None = None
+    overwrite: bool = False
+    progress: bool = True
+    max_shard_bytes: int = 2 << 30
+
+
+def resolve_window(args: Any, original_window: int, target_length: int | None,
+                   pi_factor: float | None) -> tuple[int, float, int]:
+    """``(L, s, L0)`` for the export: flags first, then the training run's EndPrompt args; no
+    EndPrompt at all keeps the original window with ``s = 1``. Raises :class:`UserError` when
+    ``L`` is not above ``L0`` or ``s`` is below 1."""
+    L0 = int(getattr(args, "endprompt_original_length", None) or original_window)
+    L = target_length or getattr(args, "endprompt_target_length", None)
+    s = pi_factor or getattr(args, "endprompt_pi_factor", None)
+    if L is None:
+        if s not in (None, 1.0):
+            raise UserError(f"--pi-factor {s:g} needs a target length: pass --target-length L")
+        return L0, 1.0, L0
+    if L <= L0:
+        raise UserError(f"--target-length {L} must be above the original context window "
+                        f"{L0} of the checkpoint")
+    if s is None:
+        s = float(math.ceil(L / L0))
+    if not s >= 1.0:
+        raise UserError(f"--pi-factor {s:g} must be >= 1")
+    return int(L), float(s), L0
+
+
+def _megatron_tokenizer_size(args: Any) -> int | None:
+    """Vocabulary size of the tokenizer Megatron built from the saved args, if buildable."""
+    tokenizer_type = getattr(args, "tokenizer_type", None)
+    model = getattr(args, "tokenizer_model", None)
+    if tokenizer_type is None:
+        return None
+    if tokenizer_type != "NullTokenizer" and not (model and os.path.exists(model)):
+        return None
+    try:
+        from megatron_endprompt.compat import build_megatron_tokenizer
+
+        return int(build_megatron_tokenizer(tokenizer_type, model,
+                                            getattr(args, "vocab_size", None)).vocab_size)
+    except Exception:  # noqa: BLE001 - an unbuildable tokenizer just gives no answer
+        return None
+
+
+def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
+    """Run the export; returns a summary."""
+    from tqdm import tqdm
+
+    check_output(opts.output, overwrite=opts.overwrite)
+    ckpt = find_checkpoint(opts.checkpoint)
+    with single_process_group():
+        common = load_common_state(ckpt)
+        args = common.get("args")
+        if args is None:
+            raise UserError(f"{ckpt}: no saved args in the checkpoint; the architecture is "
+                            "unknown")
+        spec = spec_from_megatron_args(args)
+        L, s, L0 = resolve_window(args, spec.max_position_embeddings, opts.target_length,
+                                  opts.pi_factor)
+        meta = tensor_metadata(ckpt)
+        embed = meta.get("embedding.word_embeddings.weight")
+        if embed is None:
+            raise UserError(f"{ckpt}: no embedding.word_embeddings.weight; not a GPT checkpoint")
+        padded = embed[0][0]
+        source_vocab = (getattr(args, "endprompt_hf_config", None) or {}).get("vocab_size")
+        vocab = source_vocab or _megatron_tokenizer_size(args)
+        vocab_from = "recorded HF config" if source_vocab else "Megatron tokenizer"
+        with atomic_output_dir(opts.output, overwrite=opts.overwrite) as tmp:
+            tokenizer_len, token_ids = None, {}
+            tokenizer_src = opts.tokenizer
+            if tokenizer_src is None and getattr(args, "tokenizer_type", None) in (
+                    "HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
+                    "SentencePieceTokenizer"):
+                model = getattr(args, "tokenizer_model", None)
+                tokenizer_src = model if model and os.path.exists(model) else None
+            if tokenizer_src is not None:
+                from megatron_endprompt.conversion.tokenizer import export_tokenizer
+
+                tok = export_tokenizer(tokenizer_src, tmp)
+                tokenizer_len = len(tok)
+                token_ids = {f"{r}_token_id": getattr(tok, f"{r}_token_id", None)
+                             for r in ("bos", "eos", "pad")}
+            if vocab is None:
+                vocab, vocab_from = (tokenizer_len, "--tokenizer") if tokenizer_len \
+                    else (padded, "padded size (no tokenizer known)")
+            if vocab > padded:
+                raise UserError(f"vocabulary {vocab} ({vocab_from}) is larger than the "
+                                f"checkpoint's embedding ({padded} rows)")
+            dims = Dims(num_layers=spec.num_layers, hidden_size=spec.hidden_size,
+                        ffn_hidden_size=spec.ffn_hidden_size,
+                        num_attention_heads=spec.num_attention_heads,
+                        num_query_groups=spec.num_query_groups, head_dim=spec.head_dim,
+                        vocab_size=vocab, padded_vocab_size=padded, tied=spec.tied)
+            work = list(expand(LLAMA_MAPPINGS, dims))
+            for mapping, layer in work:  # validate everything before reading tensors
+                key = mapping.checkpoint_key()
+                want = megatron_shape(mapping, dims)
+                if mapping.per_layer:
+                    want = (dims.num_layers, *want)
+                if key not in meta:
+                    raise UserError(f"{ckpt}: tensor {key} is missing")
+                if meta[key][0] != want:
+                    raise UserError(f"{ckpt}: {key} has shape {list(meta[key][0])}, the saved "
+                                    f"args imply {list(want)}")
+            dtype = meta["embedding.word_embeddings.weight"][1]
+            writer = ShardedSafetensorsWriter(tmp, max_shard_bytes=opts.max_shard_bytes)
+            bar = tqdm(total=len(work), desc="megatron-to-hf", unit="tensor",
+                       disable=not opts.progress)
+            for mapping in dict.fromkeys(m for m, _ in work):  # one stacked tensor at a time
+                key = mapping.checkpoint_key()
+                tensor = read_tensor(ckpt, key, meta[key])
+                for layer in (range(dims.num_layers) if mapping.per_layer else [None]):
+                    part = tensor if layer is None else tensor[layer]
+                    writer.add_all(zip(mapping.hf_names(layer=layer), to_hf(mapping, part, dims)))
+                    bar.update()
+                del tensor
+            bar.close()
+            shards = writer.close()
+            config = hf_config_dict(spec, target_length=L, pi_factor=s, vocab_size=vocab)
+            config["dtype"] = config["torch_dtype"] = str(dtype).removeprefix("torch.")
+            for key, value in token_ids.items():
+                if config.get(key) is None and value is not None:
+                    config[key] = value
+            with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+                json.dump(config, f, indent=2)
+            generation = {k: config[k] for k in ("bos_token_id", "eos_token_id",
+                                                 "pad_token_id") if config.get(k) is not None}
+            with open(os.path.join(tmp, "generation_config.json"), "w", encoding="utf-8") as f:
+                json.dump(generation, f, indent=2)
+    return {"checkpoint": ckpt, "output": opts.output, "iteration": common.get("iteration"),
+            "target_length": L, "pi_factor": s, "original_length": L0,
+            "rope_theta": spec.rope_theta, "vocab_size": vocab, "vocab_from": vocab_from,
+            "padded_vocab_size": padded, "shards": shards, "tensors": len(work),
+            "tokenizer": tokenizer_src}

@@ -1,0 +1,149 @@
+"""The exported model's tokenizer, in HF form.
+
+``--tokenizer`` may be an HF tokenizer directory (loaded with ``AutoTokenizer`` and saved again),
+an HF ``tokenizer.json``, or a SentencePiece ``.model`` (what Megatron's
+``GPTSentencePieceTokenizer`` / ``Llama2Tokenizer`` read). transformers 5 no longer builds a fast
+tokenizer from a ``.model`` file without ``protobuf``, so :func:`sentencepiece_to_hf` builds the
+``tokenizers`` pipeline itself: pieces, scores and piece types from the ``sentencepiece`` API,
+the model type and normaliser settings from the model's protobuf (read with a 30-line wire-format
+reader), BPE merges derived from the vocabulary (a merge ``(l, r)`` exists when ``l``, ``r`` and
+``l + r`` are pieces; ranked by the merged piece's id, which is SentencePiece's BPE merge order).
+Token ids agree with SentencePiece's ``encode`` (tested on the demo corpus).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from megatron_endprompt.errors import UserError
+
+__all__ = ["export_tokenizer", "sentencepiece_to_hf"]
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> dict[int, list[Any]]:
+    """Protobuf wire format -> ``{field number: [values]}`` (varints as int, length-delimited
+    as bytes, fixed32/64 as raw bytes)."""
+    out: dict[int, list[Any]] = {}
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + length], pos + length
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        out.setdefault(number, []).append(value)
+    return out
+
+
+def _spm_settings(proto: bytes) -> dict[str, Any]:
+    """Model type and normaliser settings of a serialized ``ModelProto``."""
+    model = _fields(proto)
+    trainer = _fields(model.get(2, [b""])[0])
+    norm = _fields(model.get(3, [b""])[0])
+    return {
+        "model_type": {1: "unigram", 2: "bpe", 3: "word", 4: "char"}[trainer.get(3, [1])[0]],
+        "byte_fallback": bool(trainer.get(35, [0])[0]),
+        "charsmap": norm.get(2, [b""])[0],
+        "add_dummy_prefix": bool(norm.get(3, [1])[0]),
+        "remove_extra_whitespaces": bool(norm.get(4, [1])[0]),
+    }
+
+
+def sentencepiece_to_hf(model_path: str) -> Any:
+    """A ``PreTrainedTokenizerFast`` equivalent to the SentencePiece model at ``model_path``."""
+    import sentencepiece as spm
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE, Unigram
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        sp = spm.SentencePieceProcessor(model_file=model_path)
+    except Exception as exc:  # noqa: BLE001 - not a SentencePiece model
+        raise UserError(f"--tokenizer {model_path}: not a SentencePiece model ({exc})") from None
+    settings = _spm_settings(sp.serialized_model_proto())
+    n = sp.get_piece_size()
+    pieces = [sp.id_to_piece(i) for i in range(n)]
+    unk = sp.unk_id()
+    if settings["model_type"] == "bpe":
+        vocab = {p: i for i, p in enumerate(pieces)}
+        mergeable = {p for i, p in enumerate(pieces)
+                     if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i))}
+        merges = []
+        for i, piece in enumerate(pieces):
+            if piece not in mergeable or len(piece) < 2:
+                continue
+            local = [(piece[:k], piece[k:]) for k in range(1, len(piece))
+                     if piece[:k] in mergeable and piece[k:] in mergeable]
+            merges += sorted(local, key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+        model = BPE(vocab=vocab, merges=merges, unk_token=pieces[unk] if unk >= 0 else None,
+                    fuse_unk=True, byte_fallback=settings["byte_fallback"])
+    elif settings["model_type"] == "unigram":
+        model = Unigram([(p, sp.get_score(i)) for i, p in enumerate(pieces)],
+                        unk_id=unk if unk >= 0 else None, byte_fallback=settings["byte_fallback"])
+    else:
+        raise UserError(f"--tokenizer {model_path}: SentencePiece model type "
+                        f"{settings['model_type']!r} is not supported (bpe, unigram are)")
+    tok = Tokenizer(model)
+    norm = []
+    if settings["charsmap"]:
+        norm.append(normalizers.Precompiled(settings["charsmap"]))
+    if settings["remove_extra_whitespaces"]:
+        norm += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
+    if norm:
+        tok.normalizer = normalizers.Sequence(norm)
+    prepend = "always" if settings["add_dummy_prefix"] else "never"
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend,
+                                                 split=False)
+    steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if settings["add_dummy_prefix"]:
+        steps.append(decoders.Strip(content=" ", left=1))
+    tok.decoder = decoders.Sequence(steps)
+    special = [pieces[i] for i in range(n) if sp.is_control(i) or sp.is_unknown(i)]
+    tok.add_special_tokens([AddedToken(p, special=True, normalized=False) for p in special])
+    named = {}
+    for role, idx in (("unk_token", unk), ("bos_token", sp.bos_id()),
+                      ("eos_token", sp.eos_id()), ("pad_token", sp.pad_id())):
+        if idx >= 0:
+            named[role] = pieces[idx]
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **named)
+
+
+def export_tokenizer(source: str, out_dir: str) -> Any:
+    """Write the tokenizer at ``source`` into ``out_dir`` in HF form; returns it (``len()`` is
+    the number of ids, added tokens included)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if os.path.isdir(source):
+        try:
+            tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        except Exception as exc:  # noqa: BLE001 - any failure is a bad tokenizer directory
+            raise UserError(f"--tokenizer {source}: not an HF tokenizer directory ({exc})") \
+                from None
+    elif source.endswith(".json") and os.path.isfile(source):
+        tok = PreTrainedTokenizerFast(tokenizer_file=source)
+    elif os.path.isfile(source):
+        tok = sentencepiece_to_hf(source)
+    else:
+        raise UserError(f"--tokenizer {source}: no such file or directory")
+    tok.save_pretrained(out_dir)
+    return tok

@@ -1,0 +1,59 @@
+"""Fixtures for the conversion tests: a tiny random HF Llama, its Megatron conversion, and an
+in-process Megatron forward (EndPromptGPTModel on the CPU)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conversion_helpers import cpu_forward_patches, make_hf_model
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory) -> str:
+    return make_hf_model(str(tmp_path_factory.mktemp("hf") / "tiny"))
+
+
+@pytest.fixture(scope="session")
+def converted(tiny_hf, tmp_path_factory) -> str:
+    """``tiny_hf`` converted with ``hf-to-megatron --tensor-parallel-size 2``."""
+    from megatron_endprompt.conversion import HFToMegatronOptions, convert_hf_to_megatron
+
+    out = str(tmp_path_factory.mktemp("mg") / "converted")
+    convert_hf_to_megatron(HFToMegatronOptions(hf_dir=tiny_hf, output=out,
+                                               tensor_parallel_size=2, progress=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def megatron_forward():
+    """``megatron_forward(ckpt_path, input_ids, position_ids, pi_factor, labels=None)`` ->
+    ``SimpleNamespace(logits [B, S, Vp], losses [B, S] | None, args)``: the checkpoint loaded
+    into ``EndPromptGPTModel`` (TP=PP=1, local spec, CPU) in this process."""
+    from megatron_endprompt.conversion.megatron_ckpt import (
+        build_gpt_model,
+        find_checkpoint,
+        load_common_state,
+        load_model_weights,
+        single_process_group,
+    )
+    from megatron_endprompt.model import EndPromptGPTModel
+
+    def run(path, input_ids, position_ids, pi_factor, labels=None):
+        ckpt = find_checkpoint(path)
+        with single_process_group(), cpu_forward_patches():
+            args = load_common_state(ckpt)["args"]
+            model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=pi_factor).eval()
+            load_model_weights(model, ckpt)
+            S = input_ids.shape[1]
+            mask = torch.triu(torch.ones(1, 1, S, S, dtype=torch.bool), diagonal=1)
+            with torch.no_grad():
+                logits = model(input_ids, position_ids, mask)
+                losses = (model(input_ids, position_ids, mask, labels=labels)
+                          if labels is not None else None)
+        return SimpleNamespace(logits=logits.float(), losses=losses, args=args)
+
+    return run
+
+

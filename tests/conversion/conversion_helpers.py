@@ -1,0 +1,71 @@
+"""Helpers of the conversion tests: a tiny random HF Llama built locally (no hub), EndPrompt
+positions, HF model loading, CPU forward for Megatron."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+import torch
+
+#: Tiny Llama-3-style model: GQA (4 heads, 2 KV heads), RoPE base 500000, vocabulary not a
+#: multiple of 128 (padding exercised), untied embeddings, 4 layers.
+VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, THETA, EPS, WINDOW = (
+    1000, 64, 176, 4, 4, 2, 500000.0, 1e-5, 64)
+
+
+def make_hf_model(out_dir: str, *, seed: int = 0, **overrides) -> str:
+    """Random ``LlamaForCausalLM`` saved (sharded safetensors) in ``out_dir``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fields = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                  num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  num_key_value_heads=KV_HEADS, max_position_embeddings=WINDOW,
+                  rms_norm_eps=EPS, rope_parameters={"rope_type": "default", "rope_theta": THETA},
+                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    fields.update(overrides)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**fields))
+    with torch.no_grad():
+        for p in model.parameters():  # O(1) logits so that a wrong mapping shows
+            p.normal_(0.0, 0.1)
+        for layer in model.model.layers:  # norms away from 1 so a swapped norm shows
+            layer.input_layernorm.weight.uniform_(0.5, 1.5)
+            layer.post_attention_layernorm.weight.uniform_(0.5, 1.5)
+    model.save_pretrained(out_dir, max_shard_size="200KB")
+    return out_dir
+
+
+def endprompt_positions(seq: int, a: int, target_length: int) -> torch.Tensor:
+    """``[1, seq]``: context ``0..a-1`` then a terminal ending at ``L-1``."""
+    return torch.cat((torch.arange(a), torch.arange(target_length - (seq - a),
+                                                    target_length)))[None]
+
+
+@contextlib.contextmanager
+def cpu_forward_patches():
+    """Megatron forward on the CPU: local attention forks the model-parallel CUDA RNG tracker
+    (dropout is 0 here) -> no-op fork; ``current_device`` -> CPU (see compat)."""
+    from megatron.core import tensor_parallel
+
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    saved = tracker.fork
+    tracker.fork = lambda *a, **k: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        tracker.fork = saved
+
+
+def hf_model(hf_dir: str, **config_overrides):
+    """``AutoModelForCausalLM`` from ``hf_dir`` in fp32, eval mode, eager attention."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        hf_dir, dtype=torch.float32, attn_implementation="eager", **config_overrides).eval()
+
+
+def read_config(hf_dir: str) -> dict:
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        return json.load(f)

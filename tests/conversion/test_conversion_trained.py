@@ -1,0 +1,174 @@
+"""Checkpoints saved by the real trainer (``pretrain`` under torchrun, CPU + gloo) convert to HF.
+
+* TP=2: the converted checkpoint loaded with ``--finetune`` at TP=2, one iteration at lr 0, saved
+  again; its export equals the original HF model bit for bit (TP resharding, vocabulary padding
+  for TP=2, QKV/fc1 layouts all undone exactly).
+* PP=2: three training iterations (EndPrompt data, L=512, s=8); the export's config carries the
+  run's L and s, its logits equal the Megatron model's at EndPrompt positions, and its loss on a
+  validation batch reproduces Megatron's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from conversion_helpers import VOCAB, endprompt_positions, hf_model, read_config
+
+from megatron_endprompt.demo_train import run_pretrain
+
+pytestmark = pytest.mark.slow
+
+P, L = 64, 512
+
+
+@pytest.fixture(scope="module")
+def data_prefix(tmp_path_factory):
+    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.tokenizer import TokenizerSpec
+    from megatron_endprompt.layout import LayoutConfig
+
+    root = tmp_path_factory.mktemp("ep_data")
+    rng = np.random.default_rng(0)
+    with open(root / "c.jsonl", "w") as f:
+        for _ in range(120):
+            motif = rng.integers(0, VOCAB - 1, 6)
+            f.write(json.dumps({"text": " ".join(map(str, np.tile(motif, 12)))}) + "\n")
+    out = str(root / "ep")
+    preprocess(PreprocessOptions(
+        inputs=[str(root / "c.jsonl")], output_prefix=out, progress=False,
+        tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB),
+        layout=LayoutConfig(seq_length=P, target_length=L, placement="fixed",
+                            terminal_loss_weight=0.5),
+        terminal_source="continuation", terminal_length=8, append_eod=True))
+    return out
+
+
+def _train(converted, data_prefix, tmp, name, *flags):
+    with open(os.path.join(converted, "endprompt_conversion.json")) as f:
+        model_flags = json.load(f)["megatron_flags"]
+    for parallel in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"):
+        i = model_flags.index(parallel)
+        del model_flags[i:i + 2]
+    save = str(tmp / name)
+    args = [*model_flags, "--seq-length", str(P), "--attention-dropout", "0",
+            "--hidden-dropout", "0", "--tokenizer-type", "NullTokenizer",
+            "--vocab-size", str(VOCAB), "--data-path", data_prefix, "--split", "90,5,5",
+            "--data-cache-path", str(tmp / "cache"), "--endprompt-target-length", str(L),
+            "--micro-batch-size", "2", "--global-batch-size", "4", "--seed", "1234",
+            "--calculate-per-token-loss", "--log-interval", "1", "--num-workers", "0",
+            "--ckpt-format", "torch_dist", "--load", converted, "--finetune",
+            "--save", save, *flags]
+    rc, log = run_pretrain(args, log_path=str(tmp / f"{name}.log"), nproc=2)
+    assert rc == 0, log[-3000:]
+    return save
+
+
+def _export(run_tool, ckpt, out, *flags):
+    from megatron_endprompt.cli.convert import main
+
+    rc, stdout, err = run_tool(main, ["megatron-to-hf", "--checkpoint", ckpt, "--output", out,
+                                      "--no-progress", *flags])
+    assert rc == 0, err
+    return stdout
+
+
+def _tensors(d):
+    from safetensors import safe_open
+
+    with open(os.path.join(d, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for name, file in weight_map.items():
+        with safe_open(os.path.join(d, file), framework="pt") as f:
+            out[name] = f.get_tensor(name)
+    return out
+
+
+def test_tp2_checkpoint_exports_bit_exact(tiny_hf, converted, data_prefix, tmp_path, run_tool):
+    save = _train(converted, data_prefix, tmp_path, "tp2", "--tensor-model-parallel-size", "2",
+                  "--train-iters", "1", "--lr", "0", "--min-lr", "0", "--save-interval", "1",
+                  "--eval-iters", "0", "--eval-interval", "1000")
+    out = str(tmp_path / "hf_tp2")
+    stdout = _export(run_tool, save, out)
+    assert "iter_0000001" in stdout
+    src, dst = _tensors(tiny_hf), _tensors(out)
+    assert sorted(src) == sorted(dst)
+    for name in src:
+        assert torch.equal(src[name], dst[name]), name
+    cfg = read_config(out)  # the run's EndPrompt L and s=ceil(512/64)
+    assert cfg["max_position_embeddings"] == L and cfg["rope_parameters"]["factor"] == 8.0
+    assert cfg["vocab_size"] == VOCAB  # Megatron's NullTokenizer size, padding removed
+
+
+def _valid_batch(data_prefix, tmp):
+    from megatron.core.datasets.blended_megatron_dataset_builder import \
+        BlendedMegatronDatasetBuilder
+
+    from megatron_endprompt.compat import build_megatron_tokenizer
+    from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
+
+    config = EndPromptDatasetConfig(
+        random_seed=1234, sequence_length=P, split="90,5,5",
+        tokenizer=build_megatron_tokenizer("NullTokenizer", None, VOCAB),
+        blend=([data_prefix], None), reset_position_ids=False, reset_attention_mask=False,
+        eod_mask_loss=False, create_attention_mask=False, path_to_cache=str(tmp / "cache_b"),
+        endprompt_target_length=L)
+    _, valid, _ = BlendedMegatronDatasetBuilder(EndPromptGPTDataset, [8, 4, 4], lambda: True,
+                                                config).build()
+    samples = [valid[i] for i in range(4)]
+    return {k: torch.stack([s[k] for s in samples])
+            for k in ("tokens", "labels", "position_ids", "loss_mask")}
+
+
+def test_pp2_trained_checkpoint_reproduces_megatron(converted, data_prefix, tmp_path, run_tool,
+                                                    megatron_forward):
+    from megatron_endprompt.training.loss import weighted_loss_terms
+
+    save = _train(converted, data_prefix, tmp_path, "pp2", "--pipeline-model-parallel-size", "2",
+                  "--train-iters", "3", "--lr", "1e-3", "--min-lr", "1e-3",
+                  "--lr-decay-style", "constant", "--save-interval", "3",
+                  "--eval-iters", "1", "--eval-interval", "3")
+    out = str(tmp_path / "hf_pp2")
+    _export(run_tool, save, out)  # the save dir: follows latest_checkpointed_iteration.txt
+    cfg = read_config(out)
+    assert cfg["max_position_embeddings"] == L
+    assert cfg["rope_parameters"] == {"rope_type": "linear", "factor": 8.0,
+                                      "rope_theta": 500000.0}
+    hf = hf_model(out)
+
+    # logits at EndPrompt positions (terminal ending at L-1)
+    ids = torch.randint(0, VOCAB, (1, P), generator=torch.Generator().manual_seed(1))
+    pos = endprompt_positions(P, 50, L)
+    mg = megatron_forward(save, ids, pos, 8.0)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, position_ids=pos).logits
+    diff = (mg.logits[..., :VOCAB] - ref).abs().max().item()
+    print(f"PP=2 trained checkpoint: max |logit diff| = {diff:.3e}")
+    assert diff <= 1e-4
+
+    # the weighted loss on a validation batch of our dataset
+    batch = _valid_batch(data_prefix, tmp_path)
+    mg = megatron_forward(save, batch["tokens"], batch["position_ids"], 8.0,
+                          labels=batch["labels"])
+    mg_sum, count, _ = weighted_loss_terms(mg.losses, batch["loss_mask"], None)
+    mg_loss = (mg_sum / count).item()
+    with torch.no_grad():
+        logits = hf(input_ids=batch["tokens"], position_ids=batch["position_ids"]).logits
+    hf_tok = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["labels"],
+                                               reduction="none")
+    hf_sum, count, _ = weighted_loss_terms(hf_tok, batch["loss_mask"], None)
+    hf_loss = (hf_sum / count).item()
+    # Megatron's softmax also spans the 24 padding rows of its vocabulary (1024); the same
+    # logits restricted to the real vocabulary give HF's loss exactly.
+    real = torch.nn.functional.cross_entropy(mg.logits[..., :VOCAB].transpose(1, 2),
+                                             batch["labels"], reduction="none")
+    real_sum, _, _ = weighted_loss_terms(real, batch["loss_mask"], None)
+    real_loss = (real_sum / count).item()
+    print(f"validation batch loss: Megatron {mg_loss:.6f}, Megatron on the real vocabulary "
+          f"{real_loss:.6f}, HF {hf_loss:.6f}")
+    assert abs(hf_loss - real_loss) <= 1e-5 * abs(real_loss)
+    assert abs(hf_loss - mg_loss) <= 0.02 * abs(mg_loss)
