@@ -36,6 +36,7 @@ setup(
         "console_scripts": [
             "endprompt-preprocess=megatron_endprompt.cli.preprocess:cli",
             "endprompt-inspect=megatron_endprompt.cli.inspect:cli",
+            "endprompt-convert=megatron_endprompt.cli.convert:cli",
         ]
     },
 )

@@ -5,7 +5,8 @@ generate a corpus -> train a SentencePiece tokenizer on it -> preprocess it into
 placement with prompt terminals and ET(PoSE)) -> inspect samples -> build train/valid/test
 datasets through Megatron's ``BlendedMegatronDatasetBuilder`` (EndPrompt + plain replay
 blend) -> train a tiny Llama with Megatron's real ``pretrain`` under ``torchrun`` (2 CPU
-processes, TP=2 by default, gloo) and show that the loss falls.
+processes, TP=2 by default, gloo) and show that the loss falls -> export the checkpoint to a
+Hugging Face directory.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         first, last = losses[min(losses)], losses[max(losses)]
         print(f"training loss: iteration {min(losses)} {first:.4f} -> iteration "
               f"{max(losses)} {last:.4f} ({'falls' if last < first else 'DOES NOT FALL'})")
+        from megatron_endprompt.cli import convert
+
+        _run_tool(convert.main, ["megatron-to-hf", "--checkpoint", w("checkpoints"),
+                                 "--output", w("hf_export"), "--overwrite", "--no-progress"])
     print(f"\ndemo done: outputs in {args.workdir}/")
     return 0
 

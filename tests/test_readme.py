@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -36,3 +37,6 @@ def test_make_demo_runs_end_to_end(tmp_path):
     assert m, out[-3000:]
     assert float(m.group(3)) < float(m.group(1)) - 0.5
     assert os.path.isdir(os.path.join(REPO, "demo_out", "checkpoints"))
+    export = os.path.join(REPO, "demo_out", "hf_export")
+    config = json.load(open(os.path.join(export, "config.json")))
+    assert config["max_position_embeddings"] == 2048 and config["rope_scaling"]["factor"] == 8.0
