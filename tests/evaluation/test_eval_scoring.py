@@ -1,0 +1,104 @@
+"""Scoring functions on hand cases: passkey exact match, RULER's string_match_all, perplexity
+aggregation, and the report's summaries and markdown table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from megatron_endprompt.evaluation import report
+from megatron_endprompt.evaluation.scoring import (PerplexityStats, aggregate_perplexity,
+                                                   mean_score, parse_first_integer,
+                                                   passkey_exact, score, string_match_all)
+
+
+@pytest.mark.parametrize("text, want", [
+    (" 12345. Remember it.", 12345), ("The pass key is 071.", 71), ("no digits", None),
+    ("", None), ("-42 and 7", 42), ("1,234", 1),
+])
+def test_parse_first_integer(text, want):
+    assert parse_first_integer(text) == want
+
+
+def test_passkey_exact():
+    assert passkey_exact(" 12345.", "12345") == 1.0
+    assert passkey_exact(" 12345 is the pass key", "12345") == 1.0
+    assert passkey_exact(" 1234.", "12345") == 0.0
+    assert passkey_exact(" 123456", "12345") == 0.0
+    assert passkey_exact(" the key is 9 then 12345", "12345") == 0.0  # first integer only
+    assert passkey_exact("", "12345") == 0.0
+
+
+def test_string_match_all():
+    refs = ["1234567", "7654321"]
+    assert string_match_all(" 1234567, 7654321.", refs) == 1.0
+    assert string_match_all(" 1234567 and nothing else", refs) == 0.5
+    assert string_match_all("none", refs) == 0.0
+    assert string_match_all("X12345678Y", ["1234567"]) == 1.0  # containment, as RULER
+    assert string_match_all("Amber-Fox", ["amber-fox"]) == 1.0  # case-insensitive
+    assert string_match_all("\x00 1234567\x01", ["1234567"]) == 1.0
+    with pytest.raises(ValueError):
+        string_match_all("x", [])
+
+
+def test_score_dispatch_and_mean():
+    assert score("passkey_exact", " 77", ["77"]) == 1.0
+    assert score("string_match_all", "a b", ["a", "c"]) == 0.5
+    with pytest.raises(ValueError, match="unknown metric"):
+        score("bleu", "a", ["a"])
+    assert mean_score([1.0, 0.5, 0.0]) == pytest.approx(0.5)
+    assert mean_score([]) is None
+
+
+def test_perplexity_aggregation():
+    # token-level: windows are weighted by their token counts
+    stats = aggregate_perplexity([10.0, 30.0], [10, 10])
+    assert stats.mean_nll == pytest.approx(2.0)
+    assert stats.ppl == pytest.approx(math.exp(2.0))
+    assert stats.as_dict() == {"ppl": pytest.approx(math.exp(2.0)), "nll": 2.0, "tokens": 20,
+                               "windows": 2}
+    assert aggregate_perplexity([3.0, 1.0], [1, 3]).mean_nll == pytest.approx(1.0)
+    big = PerplexityStats()
+    big.add(nll_sum=1e6, tokens=1)
+    assert math.isinf(big.ppl) and big.as_dict()["ppl"] is None
+    with pytest.raises(ValueError):
+        PerplexityStats().mean_nll
+    with pytest.raises(ValueError):
+        aggregate_perplexity([1.0], [1, 2])
+
+
+def _records():
+    out = []
+    for length in (100, 200):
+        for depth in (0.0, 1.0):
+            for i, s in enumerate((1.0, 0.0) if depth == 1.0 and length == 200 else (1.0, 1.0)):
+                out.append({"task": "passkey", "length": length, "depth": depth, "index": i,
+                            "score": s})
+            out.append({"task": "niah_single", "length": length, "depth": depth, "index": 0,
+                        "score": 0.5})
+            out.append({"task": "niah_multikey", "length": length, "depth": depth, "index": 0,
+                        "score": 0.0})
+    return out
+
+
+def test_summary_and_markdown():
+    summ = report.summarize_retrieval(_records())
+    assert summ["passkey"]["accuracy"] == {"100": 1.0, "200": 0.75}
+    assert summ["passkey"]["by_depth"]["200"] == {"0": 1.0, "1": 0.5}
+    assert summ["niah_single"]["accuracy"] == {"100": 0.5, "200": 0.5}
+    results = {"meta": {"hf_dir": "m", "lengths": [100, 200], "depths": [0.0, 1.0],
+                        "samples": 2, "seed": 0, "dtype": "float32", "device": "cpu",
+                        "max_position_embeddings": 128},
+               "retrieval": summ,
+               "ppl": {"stride": 8, "by_length": {"100": {"ppl": 12.345, "nll": 2.5,
+                                                          "tokens": 1, "windows": 1},
+                                                  "200": None}}}
+    md = report.markdown_table(results).splitlines()
+    assert md[0] == "| task | 100 | 200 |"
+    assert "| passkey (acc %) | 100.0 | 75.0 |" in md
+    assert "| niah mean (acc %) | 25.0 | 25.0 |" in md
+    assert "| ppl | 12.35 | n/a |" in md
+    assert report.output_paths("/x/res.json") == {
+        "json": "/x/res.json", "md": "/x/res.md", "niah_png": "/x/res_niah.png",
+        "ppl_png": "/x/res_ppl.png"}
