@@ -6,7 +6,7 @@ placement with prompt terminals and ET(PoSE)) -> inspect samples -> build train/
 datasets through Megatron's ``BlendedMegatronDatasetBuilder`` (EndPrompt + plain replay
 blend) -> train a tiny Llama with Megatron's real ``pretrain`` under ``torchrun`` (2 CPU
 processes, TP=2 by default, gloo) and show that the loss falls -> export the checkpoint to a
-Hugging Face directory.
+Hugging Face directory -> evaluate it at length (passkey, NIAH heatmap, perplexity).
 """
 
 from __future__ import annotations
@@ -75,6 +75,15 @@ def main(argv: list[str] | None = None) -> int:
 
         _run_tool(convert.main, ["megatron-to-hf", "--checkpoint", w("checkpoints"),
                                  "--output", w("hf_export"), "--overwrite", "--no-progress"])
+        from megatron_endprompt.cli import eval as evaluate
+
+        half, full = str(args.target_length // 2), str(args.target_length)
+        _run_tool(evaluate.main, [
+            "--hf-dir", w("hf_export"), "--tasks", "passkey,niah_single,ppl",
+            "--lengths", f"{args.seq_length},{half},{full}", "--depths", "0,0.5,1",
+            "--samples", "1", "--seed", "0", "--device", "cpu", "--ppl-data", corpus,
+            "--ppl-max-windows", "4", "--output", w("eval/results.json"), "--no-progress"])
+        print(f"NIAH heatmap: {w('eval/results_niah.png')}")
     print(f"\ndemo done: outputs in {args.workdir}/")
     return 0
 
