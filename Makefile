@@ -24,6 +24,9 @@ $(STAMP): requirements-dev.txt setup.py
 demo: $(STAMP)
 	$(PY) -m megatron_endprompt.demo --workdir demo_out
 
+replicate: $(STAMP)
+	$(PY) benchmarks/mini_replication.py
+
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
