@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,41 +53,15 @@ def padded_vocab_size(vocab_size: int, *, divisible_by: int = 128,
     return int(math.ceil(vocab_size / multiple) * multiple)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def single_process_group() -> Iterator[None]:
-    """``torch.distributed`` (gloo, world size 1) and Megatron model parallel TP=PP=1 for the
-    duration (plus :class:`~megatron_endprompt.compat.cpu_checkpoint_io` without CUDA); reuses
-    an existing world-size-1 setup and tears down only what it created."""
-    from megatron.core import parallel_state
-
+    """The runtime's single-process Megatron setup (gloo, world size 1, TP=PP=1) plus
+    :class:`~megatron_endprompt.compat.cpu_checkpoint_io` without CUDA, for the duration."""
     from megatron_endprompt.compat import cpu_checkpoint_io
+    from megatron_endprompt.runtime.process_group import single_process_group as _single
 
-    created_pg = False
-    if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(_free_port())
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-        created_pg = True
-    elif torch.distributed.get_world_size() != 1:
-        raise RuntimeError("the converter runs in a single process (world size 1)")
-    created_mp = False
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
-        created_mp = True
-    try:
-        with cpu_checkpoint_io():
-            yield
-    finally:
-        if created_mp:
-            parallel_state.destroy_model_parallel()
-        if created_pg:
-            torch.distributed.destroy_process_group()
+    with _single(), cpu_checkpoint_io():
+        yield
 
 
 def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False,

@@ -1,87 +1,27 @@
 """Every bad input of the data path: one line ``error: ...`` naming the file/flag, exit code 2,
 no partial output (no ``PREFIX.*``, no temporaries), and an existing good output left intact.
-Also interrupted runs, and missing/stale/truncated sidecars refused by inspect."""
+Also interrupted runs. (Sidecars refused by inspect: test_bad_sidecar.py.)"""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-from megatron_endprompt.errors import UserError
 
-P, L, B = 64, 512, 8  # as in tests/conftest.py (spm_args)
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SUFFIXES = (".bin", ".idx", ".endprompt")
-GOOD = json.dumps({"text": "The pass key of Alder is 12345. The river crosses the bridge."})
-
-
-# -- helpers -------------------------------------------------------------------------------
-def _jsonl(path: Path, lines: list) -> str:
-    """Write raw lines (str or bytes) with newlines; returns the path."""
-    with open(path, "wb") as f:
-        for line in lines:
-            f.write((line.encode("utf-8") if isinstance(line, str) else line) + b"\n")
-    return str(path)
-
-
-def _outputs(prefix) -> list[str]:
-    """``PREFIX.*`` in the prefix's directory (temporaries ``PREFIX.bin.tmp-PID`` included)."""
-    return sorted(glob.glob(glob.escape(str(prefix)) + ".*"))
-
-
-def _snapshot(prefix) -> dict[str, bytes]:
-    return {s: Path(str(prefix) + s).read_bytes() for s in SUFFIXES}
-
-
-def _assert_one_error_line(rc, err, *needles, code=2):
-    assert rc == code, err
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got {err!r}"
-    assert lines[0].startswith("error: "), lines[0]
-    for needle in needles:
-        assert str(needle) in lines[0], (needle, lines[0])
-    return lines[0]
-
-
-def _drop_flag(argv: list[str], flag: str) -> list[str]:
-    i = argv.index(flag)
-    return argv[:i] + argv[i + 2:]
-
-
-def _null_args(prefix, inputs, vocab=100):
-    return ["--input", inputs, "--output-prefix", str(prefix), "--tokenizer-type",
-            "NullTokenizer", "--vocab-size", str(vocab), "--seq-length", "4",
-            "--target-length", "16", "--terminal-length", "1", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def good_output(spm_args, tmp_path_factory):
-    """A good output prefix, built once; tests copy it (``_copy_good``) before damaging it."""
-    from megatron_endprompt.errors import run_cli
-
-    prefix = str(tmp_path_factory.mktemp("good") / "good")
-    assert run_cli(preprocess_cli.main, spm_args(prefix)) == 0
-    return prefix
-
-
-def _copy_good(good_output, directory: Path, name="data") -> str:
-    directory.mkdir(parents=True, exist_ok=True)
-    prefix = str(directory / name)
-    for s in SUFFIXES:
-        shutil.copyfile(good_output + s, prefix + s)
-    return prefix
+# tests/data is on sys.path under pytest (rootdir-relative test modules)
+from bad_input_helpers import (
+    GOOD, REPO, SUFFIXES, B, P, _assert_one_error_line, _copy_good, _drop_flag, _jsonl,
+    _null_args, _outputs, _snapshot,
+)
 
 
 # -- fatal preprocessing inputs ------------------------------------------------------------
@@ -397,119 +337,3 @@ def test_interrupt_while_renaming_leaves_incomplete_set(run_tool, spm_args, spm_
     _assert_one_error_line(rc, err, prefix + ".bin")
 
 
-# -- inspect: missing / stale / truncated sidecars -----------------------------------------
-@pytest.fixture(scope="module")
-def other_output(spm_args, spm_corpus, tmp_path_factory):
-    """Preprocessing of different data (the first 15 documents) with the same flags."""
-    from megatron_endprompt.errors import run_cli
-
-    d = tmp_path_factory.mktemp("other")
-    lines = Path(spm_corpus.path).read_text(encoding="utf-8").splitlines()
-    path = _jsonl(d / "other.jsonl", lines[:15])
-    prefix = str(d / "other")
-    assert run_cli(preprocess_cli.main, spm_args(prefix, inputs=[path])) == 0
-    return prefix
-
-
-def _damage_missing(prefix, other):
-    os.unlink(prefix + ".endprompt")
-    return [prefix + ".endprompt", "not found"]
-
-
-def _damage_truncated_records(prefix, other):
-    data = Path(prefix + ".endprompt").read_bytes()
-    Path(prefix + ".endprompt").write_bytes(data[:-3])
-    return [prefix + ".endprompt", "truncated"]
-
-
-def _damage_truncated_header(prefix, other):
-    data = Path(prefix + ".endprompt").read_bytes()
-    Path(prefix + ".endprompt").write_bytes(data[:10])
-    return [prefix + ".endprompt", "truncated"]
-
-
-def _damage_truncated_json(prefix, other):
-    data = Path(prefix + ".endprompt").read_bytes()
-    Path(prefix + ".endprompt").write_bytes(data[:40])
-    return [prefix + ".endprompt"]
-
-
-def _damage_bad_magic(prefix, other):
-    data = bytearray(Path(prefix + ".endprompt").read_bytes())
-    data[:8] = b"NOTMAGIC"
-    Path(prefix + ".endprompt").write_bytes(bytes(data))
-    return [prefix + ".endprompt", "not an EndPrompt sidecar"]
-
-
-def _damage_flipped_record(prefix, other):
-    data = bytearray(Path(prefix + ".endprompt").read_bytes())
-    data[-2] ^= 0x01
-    Path(prefix + ".endprompt").write_bytes(bytes(data))
-    return [prefix + ".endprompt", "checksum"]
-
-
-def _damage_stale_bin(prefix, other):
-    """The .bin rewritten by a later run on different data; .idx and sidecar are old."""
-    shutil.copyfile(other + ".bin", prefix + ".bin")
-    return [prefix + ".endprompt", prefix + ".bin"]
-
-
-def _damage_stale_bin_and_idx(prefix, other):
-    shutil.copyfile(other + ".bin", prefix + ".bin")
-    shutil.copyfile(other + ".idx", prefix + ".idx")
-    return [prefix + ".endprompt", prefix + ".bin"]
-
-
-def _damage_stale_sidecar(prefix, other):
-    """A sidecar from another run copied next to this data."""
-    shutil.copyfile(other + ".endprompt", prefix + ".endprompt")
-    return [prefix + ".endprompt", prefix + ".bin"]
-
-
-def _damage_modified_idx(prefix, other):
-    with open(prefix + ".idx", "ab") as f:
-        f.write(b"\0")
-    return [prefix + ".endprompt", prefix + ".idx"]
-
-
-DAMAGES = {n[len("_damage_"):]: f for n, f in globals().items() if n.startswith("_damage_")}
-
-
-@pytest.mark.parametrize("damage", sorted(DAMAGES))
-def test_inspect_refuses_bad_sidecar(damage, run_tool, good_output, other_output, tmp_path):
-    prefix = _copy_good(good_output, tmp_path)
-    needles = DAMAGES[damage](prefix, other_output)
-    before = sorted(os.listdir(tmp_path))
-    rc, out, err = run_tool(inspect_cli.main, [prefix, "--json"])
-    line = _assert_one_error_line(rc, err, *needles)
-    assert out == ""
-    with pytest.raises(UserError) as exc:
-        read_sidecar(sidecar_path(prefix), prefix=prefix)
-    assert f"error: {exc.value}" == line  # the library refuses with the same message
-    assert sorted(os.listdir(tmp_path)) == before  # inspect writes nothing
-
-
-@pytest.mark.parametrize("missing", [".bin", ".idx"])
-def test_inspect_missing_data_file(missing, run_tool, good_output, tmp_path):
-    prefix = _copy_good(good_output, tmp_path)
-    os.unlink(prefix + missing)
-    rc, out, err = run_tool(inspect_cli.main, [prefix])
-    _assert_one_error_line(rc, err, prefix + missing, "--output-prefix")
-    with pytest.raises(UserError, match="missing"):
-        read_sidecar(sidecar_path(prefix), prefix=prefix)
-
-
-@pytest.mark.parametrize("index", [-1, 10**6])
-def test_inspect_index_out_of_range(index, run_tool, good_output):
-    n = read_sidecar(sidecar_path(good_output)).header.num_samples
-    rc, out, err = run_tool(inspect_cli.main, [good_output, "--index", index])
-    _assert_one_error_line(rc, err, "--index", f"{n} samples")
-
-
-def test_sidecar_without_prefix_check_still_reads(good_output, other_output, tmp_path):
-    """Sanity for the stale cases above: the damaged-by-copy sidecar itself is intact; only
-    its pairing with the data is refused."""
-    prefix = _copy_good(good_output, tmp_path)
-    shutil.copyfile(other_output + ".bin", prefix + ".bin")
-    sc = read_sidecar(sidecar_path(prefix))
-    assert sc.header.num_samples == len(np.asarray(sc.records)) > 0

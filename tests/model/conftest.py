@@ -4,17 +4,9 @@ CUDA calls the tiny model's forward makes."""
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 
 import pytest
 import torch
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -23,21 +15,10 @@ def megatron_parallel():
     Reuses an existing initialisation; tears down only what it created."""
     from megatron.core import parallel_state
 
-    created_pg = False
-    if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(_free_port())
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-        created_pg = True
-    created_mp = False
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
-        created_mp = True
-    yield parallel_state
-    if created_mp:
-        parallel_state.destroy_model_parallel()
-    if created_pg:
-        torch.distributed.destroy_process_group()
+    from megatron_endprompt.runtime.process_group import single_process_group
+
+    with single_process_group():
+        yield parallel_state
 
 
 @pytest.fixture
