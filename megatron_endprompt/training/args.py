@@ -47,8 +47,14 @@ def resolve_endprompt_args(args: argparse.Namespace) -> None:
     if L <= L0:
         raise UserError(f"--endprompt-target-length {L} must exceed the original window "
                         f"--endprompt-original-length {L0}")
+    megatron_s = getattr(args, "rotary_seq_len_interpolation_factor", None)
     if args.endprompt_pi_factor is None:
-        args.endprompt_pi_factor = float(math.ceil(L / L0))
+        args.endprompt_pi_factor = float(megatron_s or math.ceil(L / L0))
+    elif megatron_s is not None and float(megatron_s) != args.endprompt_pi_factor:
+        raise UserError(
+            f"--endprompt-pi-factor {args.endprompt_pi_factor:g} disagrees with "
+            f"--rotary-seq-len-interpolation-factor {megatron_s}; both divide positions by s: "
+            "set one of them")
     if not args.endprompt_pi_factor >= 1.0:
         raise UserError(f"--endprompt-pi-factor {args.endprompt_pi_factor} must be >= 1")
     args.endprompt_original_length = L0
