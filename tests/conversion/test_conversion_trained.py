@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 import pytest
 import torch
 from conversion_helpers import VOCAB, endprompt_positions, hf_model, read_config
 
 from megatron_endprompt.demo_train import run_pretrain
+from motif_data import write_motif_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -27,24 +27,9 @@ P, L = 64, 512
 
 @pytest.fixture(scope="module")
 def data_prefix(tmp_path_factory):
-    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-    from megatron_endprompt.data.tokenizer import TokenizerSpec
-    from megatron_endprompt.layout import LayoutConfig
-
-    root = tmp_path_factory.mktemp("ep_data")
-    rng = np.random.default_rng(0)
-    with open(root / "c.jsonl", "w") as f:
-        for _ in range(120):
-            motif = rng.integers(0, VOCAB - 1, 6)
-            f.write(json.dumps({"text": " ".join(map(str, np.tile(motif, 12)))}) + "\n")
-    out = str(root / "ep")
-    preprocess(PreprocessOptions(
-        inputs=[str(root / "c.jsonl")], output_prefix=out, progress=False,
-        tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB),
-        layout=LayoutConfig(seq_length=P, target_length=L, placement="fixed",
-                            terminal_loss_weight=0.5),
-        terminal_source="continuation", terminal_length=8, append_eod=True))
-    return out
+    return write_motif_prefix(str(tmp_path_factory.mktemp("ep_data")), seq_length=P,
+                              target_length=L, vocab=VOCAB, docs=120, placement="fixed",
+                              terminal_loss_weight=0.5)
 
 
 def _train(converted, data_prefix, tmp, name, *flags):

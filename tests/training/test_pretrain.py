@@ -8,13 +8,12 @@ Resume: 6 iterations with a save at 3; resuming from 3 reproduces iterations 4-6
 
 from __future__ import annotations
 
-import json
 
-import numpy as np
 import pytest
 
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
 from megatron_endprompt.training.loss import read_loss_log
+from motif_data import write_motif_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -30,25 +29,9 @@ MODEL = ["--num-layers", "4", "--hidden-size", "64", "--ffn-hidden-size", "128",
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory):
-    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-    from megatron_endprompt.data.tokenizer import TokenizerSpec
-    from megatron_endprompt.layout import LayoutConfig
-
-    root = tmp_path_factory.mktemp("pt")
-    rng = np.random.default_rng(0)
-    with open(root / "c.jsonl", "w") as f:
-        for _ in range(150):
-            # a learnable stream: short repeated motifs
-            motif = rng.integers(0, VOCAB - 1, 6)
-            f.write(json.dumps({"text": " ".join(map(str, np.tile(motif, 12)))}) + "\n")
-    out = str(root / "ep")
-    preprocess(PreprocessOptions(
-        inputs=[str(root / "c.jsonl")], output_prefix=out, progress=False,
-        tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB),
-        layout=LayoutConfig(seq_length=P, target_length=L, placement="random", pose_chunks=2,
-                            terminal_loss_weight=0.3),
-        terminal_source="continuation", terminal_length=8, append_eod=True))
-    return out
+    return write_motif_prefix(str(tmp_path_factory.mktemp("pt")), seq_length=P, target_length=L,
+                              vocab=VOCAB, placement="random", pose_chunks=2,
+                              terminal_loss_weight=0.3)
 
 
 def _args(prefix, tmp, *extra):

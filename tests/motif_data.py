@@ -1,0 +1,31 @@
+"""A learnable NullTokenizer corpus (short repeated motifs) preprocessed into an EndPrompt
+prefix: the training and conversion tests' data. ``tests/`` is on ``sys.path`` under pytest."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+
+def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab: int,
+                       docs: int = 150, terminal_length: int = 8, **layout: object) -> str:
+    """``root/ep`` (.bin/.idx/.endprompt) from ``docs`` documents of a 6-token motif x 12."""
+    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.tokenizer import TokenizerSpec
+    from megatron_endprompt.layout import LayoutConfig
+
+    rng = np.random.default_rng(0)
+    corpus = os.path.join(root, "c.jsonl")
+    with open(corpus, "w") as f:
+        for _ in range(docs):
+            motif = rng.integers(0, vocab - 1, 6)
+            f.write(json.dumps({"text": " ".join(map(str, np.tile(motif, 12)))}) + "\n")
+    out = os.path.join(root, "ep")
+    preprocess(PreprocessOptions(
+        inputs=[corpus], output_prefix=out, progress=False,
+        tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=vocab),
+        layout=LayoutConfig(seq_length=seq_length, target_length=target_length, **layout),
+        terminal_source="continuation", terminal_length=terminal_length, append_eod=True))
+    return out
