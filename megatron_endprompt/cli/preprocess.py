@@ -70,10 +70,6 @@ def main(argv: list[str] | None = None) -> int:
             terminal_loss_weight=args.terminal_loss_weight,
             context_loss_weight=args.context_loss_weight,
         )
-        if args.terminal_source != "prompt":
-            if args.terminal_length is None:
-                raise ValueError(f"--terminal-source {args.terminal_source} needs --terminal-length")
-            layout.check_terminal_length(args.terminal_length)
         opts = PreprocessOptions(
             inputs=args.input,
             output_prefix=args.output_prefix,

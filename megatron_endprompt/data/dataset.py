@@ -70,35 +70,47 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
             )
 
 
-def load_checked_sidecar(prefix: str, config: EndPromptDatasetConfig) -> Sidecar | None:
-    """The prefix's sidecar, verified against its data and the training config; ``None`` for
-    a plain prefix. Raises :class:`UserError` naming both files/flags on any mismatch."""
+def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
+                 require: bool = False, reset_positions: bool = False) -> Sidecar | None:
+    """The prefix's sidecar, verified against its data and the training flags; ``None`` for a
+    plain (replay) prefix. The one place where a sidecar meets the training flags: used at
+    start-up by the ``pretrain`` entry and when the datasets are built. Raises
+    :class:`UserError` naming both files/flags on any mismatch."""
     path = sidecar_path(prefix)
     if not os.path.exists(path):
-        if config.endprompt_require_sidecar:
+        if require:
             raise UserError(f"{prefix}: no EndPrompt sidecar {path}; run "
-                            "tools/preprocess_endprompt.py for this prefix")
+                            "tools/preprocess_endprompt.py for this prefix or drop "
+                            "--endprompt-require-sidecar")
         return None
     sidecar = read_sidecar(path, prefix=prefix)
     layout = sidecar.layout
-    if layout.seq_length != config.sequence_length:
+    if layout.seq_length != seq_length:
         raise UserError(
             f"{path} was built for --seq-length {layout.seq_length} but training uses "
-            f"--seq-length {config.sequence_length}; re-run preprocessing or fix --seq-length"
+            f"--seq-length {seq_length}; re-run preprocessing or fix --seq-length"
         )
-    L = config.endprompt_target_length
-    if L is not None and layout.target_length != L:
+    if target_length is not None and layout.target_length != target_length:
         raise UserError(
             f"{path} was built for target length L={layout.target_length} but training says "
-            f"--endprompt-target-length {L}; re-run preprocessing with --target-length {L} "
-            "or fix the flag"
+            f"--endprompt-target-length {target_length}; re-run preprocessing with "
+            f"--target-length {target_length} or fix the flag"
         )
-    if config.reset_position_ids or config.reset_attention_mask:
+    if reset_positions:
         raise UserError(
             f"{path}: --reset-position-ids/--reset-attention-mask cannot be combined with "
             "EndPrompt positions; drop those flags"
         )
     return sidecar
+
+
+def load_checked_sidecar(prefix: str, config: EndPromptDatasetConfig) -> Sidecar | None:
+    """:func:`find_sidecar` with the flags taken from a dataset config."""
+    return find_sidecar(prefix, seq_length=config.sequence_length,
+                        target_length=config.endprompt_target_length,
+                        require=config.endprompt_require_sidecar,
+                        reset_positions=bool(config.reset_position_ids
+                                             or config.reset_attention_mask))
 
 
 class EndPromptGPTDataset(GPTDataset):
@@ -114,8 +126,9 @@ class EndPromptGPTDataset(GPTDataset):
         config: EndPromptDatasetConfig,
     ) -> None:
         # Decided before GPTDataset.__init__, which builds the indices through
-        # ``_build_document_sample_shuffle_indices`` (overridden below).
-        self.sidecar = load_checked_sidecar(dataset_path, config) if dataset_path else None
+        # ``_build_document_sample_shuffle_indices`` (overridden below). The sidecar was read
+        # and checked once per prefix in ``build_low_level_dataset``, not once per split.
+        self.sidecar: Sidecar | None = getattr(indexed_dataset, "endprompt_sidecar", None)
         super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples,
                          index_split, config)
         if self.sidecar is not None:
@@ -135,6 +148,15 @@ class EndPromptGPTDataset(GPTDataset):
             # positions/weights and hand out copies (other layouts are drawn per sample).
             self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] | None = (
                 {} if layout.placement == "fixed" and layout.pose_chunks == 1 else None)
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config: EndPromptDatasetConfig):
+        """Megatron's ``IndexedDataset`` for the prefix, with its checked sidecar attached as
+        ``endprompt_sidecar`` (``None`` for plain data): read, fingerprinted and checked once
+        per prefix, shared by the train/valid/test splits."""
+        indexed = GPTDataset.build_low_level_dataset(dataset_path, config)
+        indexed.endprompt_sidecar = load_checked_sidecar(dataset_path, config)
+        return indexed
 
     @staticmethod
     def _key_config_attributes() -> list[str]:

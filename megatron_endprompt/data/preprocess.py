@@ -71,8 +71,12 @@ class PreprocessOptions:
     def __post_init__(self) -> None:
         if self.terminal_source not in TERMINAL_SOURCES:
             raise ValueError(f"--terminal-source must be one of {', '.join(TERMINAL_SOURCES)}")
-        if self.terminal_source != "prompt" and self.terminal_length is None:
-            raise ValueError(f"--terminal-source {self.terminal_source} needs --terminal-length")
+        if self.terminal_source != "prompt":
+            if self.terminal_length is None:
+                raise ValueError(f"--terminal-source {self.terminal_source} needs "
+                                 "--terminal-length")
+            # fail before the tokenizer and workers start (prompts are checked once tokenized)
+            self.layout.check_terminal_length(self.terminal_length)
         if self.workers < 1:
             raise ValueError(f"--workers {self.workers} must be >= 1")
         if not self.json_keys:

@@ -83,28 +83,19 @@ def data_prefixes(args: argparse.Namespace) -> list[str]:
 
 
 def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
-    """Check every prefix's sidecar against the flags; returns ``{prefix: layout}`` for the
-    EndPrompt prefixes (plain prefixes are replay data). Raises :class:`UserError`."""
-    import os
+    """Check every prefix's sidecar against the flags before training starts (the same check
+    the dataset makes, :func:`~megatron_endprompt.data.dataset.find_sidecar`); returns
+    ``{prefix: layout}`` for the EndPrompt prefixes (plain prefixes are replay data)."""
+    from dataclasses import asdict
 
-    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.dataset import find_sidecar
 
     found = {}
     for prefix in data_prefixes(args):
-        path = sidecar_path(prefix)
-        if not os.path.exists(path):
-            if args.endprompt_require_sidecar:
-                raise UserError(f"--data-path {prefix}: no sidecar {path}; run "
-                                "tools/preprocess_endprompt.py or drop --endprompt-require-sidecar")
-            continue
-        layout = read_sidecar(path, prefix=prefix).layout
-        if layout.target_length != args.endprompt_target_length:
-            raise UserError(
-                f"{path} was built for target length L={layout.target_length} but training "
-                f"says --endprompt-target-length {args.endprompt_target_length}; re-run "
-                "preprocessing or fix the flag")
-        if layout.seq_length != args.seq_length:
-            raise UserError(f"{path} was built for --seq-length {layout.seq_length} but "
-                            f"training uses --seq-length {args.seq_length}")
-        found[prefix] = layout.__dict__
+        sidecar = find_sidecar(
+            prefix, seq_length=args.seq_length, target_length=args.endprompt_target_length,
+            require=args.endprompt_require_sidecar,
+            reset_positions=bool(args.reset_position_ids or args.reset_attention_mask))
+        if sidecar is not None:
+            found[prefix] = asdict(sidecar.layout)
     return found
