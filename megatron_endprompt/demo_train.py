@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+from megatron_endprompt.runtime.process_group import free_port
+
 #: A tiny Llama: RMSNorm, SwiGLU, RoPE, GQA, untied embeddings, no biases.
 TINY_LLAMA: list[str] = [
     "--num-layers", "4", "--hidden-size", "64", "--ffn-hidden-size", "176",
@@ -34,7 +36,7 @@ def run_pretrain(args: list[str], *, log_path: str, nproc: int = 2) -> tuple[int
     """``torchrun --nproc_per_node N -m megatron_endprompt.training.pretrain ARGS``; returns
     ``(exit code, log text)``; the log also goes to ``log_path``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_port", str(29500 + os.getpid() % 1000),
+           "--master_port", str(free_port()),
            "-m", "megatron_endprompt.training.pretrain", *args]
     env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1"}
     with open(log_path, "w") as log:

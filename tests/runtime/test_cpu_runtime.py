@@ -11,13 +11,14 @@ from __future__ import annotations
 import collections
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from megatron_endprompt.runtime.process_group import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("pretrain_tiny.py")
@@ -40,17 +41,11 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _pretrain(tmp: Path, name: str, *args: str) -> dict[int, list[float]]:
     """Run the tiny pretrain on 2 ranks; return {iteration: [micro-batch losses, all ranks]}."""
     losses_dir = tmp / f"losses_{name}"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            str(DRIVER), "--losses-dir", str(losses_dir), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp,
                           timeout=RUN_TIMEOUT_S)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megatron_endprompt.model.cp import zigzag_slice
+from megatron_endprompt.runtime.process_group import free_port
 from megatron_endprompt.training.batch import terminal_mask_from_positions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,7 +28,7 @@ def make_batch() -> dict[str, torch.Tensor]:
 def _run(tmp_path, **layout) -> list[dict]:
     n = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
-           "--master_port", str(29700 + os.getpid() % 200), os.path.join(HERE, "batch_worker.py"),
+           "--master_port", str(free_port()), os.path.join(HERE, "batch_worker.py"),
            "--out", str(tmp_path), *[f"--{k}={v}" for k, v in layout.items()]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
