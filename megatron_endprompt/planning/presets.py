@@ -1,0 +1,143 @@
+"""Model and GPU presets of the run planner, and ``--hf-config FILE`` reading.
+
+Model shapes are the published Hugging Face ``config.json`` values of each checkpoint (layers,
+hidden, SwiGLU width, heads / KV heads, vocabulary, tied embeddings, original window ``L0``).
+GPU figures are the vendor's nominal memory and dense (no sparsity) BF16 tensor-core peak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from megatron_endprompt.errors import UserError
+
+__all__ = ["GPU_PRESETS", "MODEL_PRESETS", "GPUSpec", "ModelSpec", "model_from_hf_config"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A dense Llama-layout decoder (RMSNorm, SwiGLU, GQA, RoPE, no biases)."""
+
+    name: str
+    #: transformer layers
+    num_layers: int
+    #: model width ``h``
+    hidden_size: int
+    #: SwiGLU width ``f`` (each of the gate and up projections is ``h x f``)
+    ffn_hidden_size: int
+    #: query heads ``n``
+    num_attention_heads: int
+    #: key/value heads ``g`` (GQA groups; ``= n`` for multi-head attention)
+    num_query_groups: int
+    #: per-head width ``d`` (``kv_channels``)
+    head_dim: int
+    #: tokenizer vocabulary (Megatron pads it to a multiple of 128 x TP)
+    vocab_size: int
+    #: input embedding shared with the output layer
+    tied: bool = False
+    #: the model's original context window ``L0`` (for the RoPE interpolation factor)
+    original_window: int = 8192
+
+    def __post_init__(self) -> None:
+        for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                    "num_query_groups", "head_dim", "vocab_size", "original_window"):
+            if int(getattr(self, key)) <= 0:
+                raise ValueError(f"model {self.name}: {key} must be positive")
+        if self.num_attention_heads % self.num_query_groups:
+            raise ValueError(f"model {self.name}: {self.num_attention_heads} heads are not a "
+                             f"multiple of {self.num_query_groups} KV groups")
+
+    @property
+    def query_size(self) -> int:
+        """``q = n * d``: width of the query projection and of the attention output."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """``kv = g * d``: width of each of the key and value projections."""
+        return self.num_query_groups * self.head_dim
+
+
+def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, groups: int, vocab: int,
+           window: int, tied: bool = False) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn,
+                     num_attention_heads=heads, num_query_groups=groups,
+                     head_dim=hidden // heads, vocab_size=vocab, tied=tied,
+                     original_window=window)
+
+
+#: HF ``config.json`` shapes: meta-llama/Meta-Llama-3-8B, -70B, Llama-2-7b-hf,
+#: mistralai/Mistral-7B-v0.1 (trained by Megatron with full causal attention).
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192),
+    "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192),
+    "llama2-7b": _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096),
+    "mistral-7b": _llama("mistral-7b", 32, 4096, 14336, 32, 8, 32000, 8192),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    """One accelerator as the planner sees it."""
+
+    name: str
+    #: nominal device memory, GiB
+    memory_gib: float
+    #: dense BF16 tensor-core peak, TFLOP/s (the MFU denominator)
+    peak_tflops: float
+
+
+#: Vendor datasheet figures (dense BF16, no structured sparsity).
+GPU_PRESETS: dict[str, GPUSpec] = {
+    g.name: g for g in (
+        GPUSpec(name="h100-80gb", memory_gib=80, peak_tflops=989),    # H100 SXM
+        GPUSpec(name="h100-94gb", memory_gib=94, peak_tflops=835),    # H100 NVL
+        GPUSpec(name="h200-141gb", memory_gib=141, peak_tflops=989),  # H200 SXM
+        GPUSpec(name="a100-80gb", memory_gib=80, peak_tflops=312),
+        GPUSpec(name="a100-40gb", memory_gib=40, peak_tflops=312),
+        GPUSpec(name="b200-180gb", memory_gib=180, peak_tflops=2250),
+    )
+}
+
+
+def model_from_hf_config(path: str) -> ModelSpec:
+    """A :class:`ModelSpec` from an HF ``config.json`` (the file, or a directory holding one).
+    Only the shape is read; Llama-layout fields (``num_hidden_layers``, ``intermediate_size``,
+    ``num_key_value_heads``, ``head_dim``...). Raises :class:`UserError` naming the file."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"--hf-config {path}: not found; give an HF config.json") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--hf-config {path}: not a readable JSON file ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"--hf-config {path}: expected a JSON object")
+    if isinstance(raw.get("text_config"), dict):  # multimodal wrappers keep the LM here
+        raw = {**raw, **raw["text_config"]}
+    need = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+            "vocab_size")
+    missing = [k for k in need if not isinstance(raw.get(k), int)]
+    if missing:
+        raise UserError(f"--hf-config {path}: missing integer field(s) {', '.join(missing)}; "
+                        "a Llama-layout config.json is needed")
+    heads = raw["num_attention_heads"]
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    window = raw.get("max_position_embeddings") or 4096
+    if isinstance(rope, dict) and rope.get("original_max_position_embeddings"):
+        window = rope["original_max_position_embeddings"]
+    try:
+        return ModelSpec(
+            name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "hf-config",
+            num_layers=raw["num_hidden_layers"], hidden_size=raw["hidden_size"],
+            ffn_hidden_size=raw["intermediate_size"], num_attention_heads=heads,
+            num_query_groups=raw.get("num_key_value_heads") or heads,
+            head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+            vocab_size=raw["vocab_size"], tied=bool(raw.get("tie_word_embeddings", False)),
+            original_window=int(window))
+    except ValueError as exc:
+        raise UserError(f"--hf-config {path}: {exc}") from None
