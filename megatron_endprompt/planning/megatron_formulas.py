@@ -21,6 +21,7 @@ import argparse
 import copy
 import functools
 import math
+import warnings
 
 from megatron_endprompt.planning.presets import ModelSpec
 
@@ -41,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     from megatron_endprompt.compat import quiet_megatron_import_noise
 
     quiet_megatron_import_noise()
-    from megatron.training.arguments import add_megatron_arguments
+    with warnings.catch_warnings():  # "Apex is not installed..." import chatter
+        warnings.simplefilter("ignore")
+        from megatron.training.arguments import add_megatron_arguments
 
     return add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
 
@@ -79,6 +82,7 @@ def megatron_namespace(model: ModelSpec, *, seq_length: int, micro_batch: int, t
     ns.world_size = tp * pp * cp * dp
     ns.expert_tensor_parallel_size = tp
     ns.expert_model_parallel_size = 1
+    ns.virtual_pipeline_model_parallel_size = None  # validate_args' default (no interleaving)
     ns.sequence_parallel = tp > 1
     ns.use_distributed_optimizer = distributed_optimizer
     ns.recompute_granularity = None if recompute == "none" else recompute
@@ -126,6 +130,8 @@ class MegatronAccounting:
         from megatron_endprompt.compat import quiet_megatron_import_noise
 
         quiet_megatron_import_noise()
-        from megatron.training.training import num_floating_point_operations
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from megatron.training.training import num_floating_point_operations
 
         return float(num_floating_point_operations(copy.copy(self.ns), batch_size))

@@ -1,0 +1,122 @@
+"""``tools/plan_endprompt_run.py``: memory, time and cost of EndPrompt at P vs full-length at L.
+
+    tools/plan_endprompt_run.py --model llama3-8b --seq-length 8192 --target-length 65536 \\
+        --gpus 32 --gpu h100-80gb --tokens 1e9 [--tp --pp --cp --micro-batch --recompute ...] \\
+        [--json] [--plot plan.png]
+
+Prints, for both methods, the cheapest TP/PP/CP layout that fits, the per-GPU memory
+(weights, gradients, optimizer states, activations), step FLOPs, tokens/s and GPU-hours for the
+budget at the stated MFU, and a sweep over target lengths (32K-128K); ``--plot`` draws memory
+and GPU-hours against L. Formulas: see ``megatron_endprompt/planning``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from megatron_endprompt.errors import UserError, run_cli
+
+DEFAULT_SWEEP = "32768,49152,65536,98304,131072"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS
+
+    p = argparse.ArgumentParser(prog="plan_endprompt_run.py", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", choices=sorted(MODEL_PRESETS), help="model preset")
+    src.add_argument("--hf-config", metavar="FILE", help="an HF config.json (or its directory)")
+    p.add_argument("--seq-length", type=int, default=8192, help="EndPrompt physical length P")
+    p.add_argument("--target-length", type=int, default=65536, help="target window L")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs in the cluster (default 8)")
+    p.add_argument("--gpu", choices=sorted(GPU_PRESETS), default="h100-80gb")
+    p.add_argument("--tokens", type=float, default=1e9, help="training tokens per method")
+    p.add_argument("--tp", type=int, default=None, help="fix TP (default: searched)")
+    p.add_argument("--pp", type=int, default=None, help="fix PP (default: searched)")
+    p.add_argument("--cp", type=int, default=None, help="fix CP (default: searched)")
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--global-batch-tokens", type=int, default=4 * 2 ** 20,
+                   help="tokens per optimizer step (default 4Mi)")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="Megatron --recompute-granularity (full: uniform, 1 layer)")
+    p.add_argument("--mfu", type=float, default=0.40,
+                   help="assumed model-FLOP utilisation (default 0.40)")
+    p.add_argument("--headroom", type=float, default=0.10,
+                   help="fraction of GPU memory kept free (default 0.10)")
+    p.add_argument("--no-distributed-optimizer", action="store_true",
+                   help="replicate optimizer states on every DP rank")
+    p.add_argument("--no-swiglu-fusion", action="store_true",
+                   help="Megatron --no-bias-swiglu-fusion (keeps 5f instead of 3f per token)")
+    p.add_argument("--sweep", default=DEFAULT_SWEEP, metavar="L1,L2,...",
+                   help=f"target lengths of the sweep table and plot (default {DEFAULT_SWEEP})")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--plot", metavar="FILE", help="write memory and GPU-hours vs L (png/pdf/svg)")
+    return p
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(f"--sweep {text!r}: give comma-separated integers, e.g. "
+                        f"{DEFAULT_SWEEP}") from None
+    if not values or values[0] <= 0:
+        raise UserError(f"--sweep {text!r}: give positive lengths, e.g. {DEFAULT_SWEEP}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from megatron_endprompt.planning import report
+    from megatron_endprompt.planning.plan import PlanSettings, plan_run, sweep
+    from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS, \
+        model_from_hf_config
+
+    model = MODEL_PRESETS[args.model] if args.model else model_from_hf_config(args.hf_config)
+    lengths = _lengths(args.sweep)
+    if args.plot:
+        out_dir = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(out_dir):
+            raise UserError(f"--plot {args.plot}: directory {out_dir} does not exist")
+        if os.path.splitext(args.plot)[1].lower() not in (".png", ".pdf", ".svg"):
+            raise UserError(f"--plot {args.plot}: use a .png, .pdf or .svg file name")
+    try:
+        settings = PlanSettings(
+            model=model, gpu=GPU_PRESETS[args.gpu], gpus=args.gpus, tokens=args.tokens,
+            seq_length=args.seq_length, target_length=args.target_length,
+            micro_batch=args.micro_batch, global_batch_tokens=args.global_batch_tokens,
+            recompute=args.recompute, mfu=args.mfu, headroom=args.headroom,
+            distributed_optimizer=not args.no_distributed_optimizer,
+            swiglu_fusion=not args.no_swiglu_fusion, tp=args.tp, pp=args.pp, cp=args.cp)
+        plans = plan_run(settings)
+        rows = sweep(settings, lengths) if (args.plot or not args.json or lengths) else []
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if args.plot:
+        report.write_plot(args.plot, settings, rows)
+    if args.json:
+        print(json.dumps(report.plan_document(settings, plans, rows), indent=1))
+        return 0
+    print(report.plan_table(settings, plans))
+    print("\nsweep over the target length (EndPrompt stays at P):")
+    print(report.sweep_table(rows))
+    print("\nsources:")
+    for key, text in report.SOURCES.items():
+        print(f"  {key}: {text}")
+    if args.plot:
+        print(f"\nwrote {args.plot}")
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point."""
+    sys.exit(run_cli(main))
+
+
+if __name__ == "__main__":
+    cli()
