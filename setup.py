@@ -37,6 +37,7 @@ setup(
             "endprompt-preprocess=megatron_endprompt.cli.preprocess:cli",
             "endprompt-inspect=megatron_endprompt.cli.inspect:cli",
             "endprompt-convert=megatron_endprompt.cli.convert:cli",
+            "endprompt-plan=megatron_endprompt.cli.plan:cli",
         ]
     },
 )

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             distributed_optimizer=not args.no_distributed_optimizer,
             swiglu_fusion=not args.no_swiglu_fusion, tp=args.tp, pp=args.pp, cp=args.cp)
         plans = plan_run(settings)
-        rows = sweep(settings, lengths) if (args.plot or not args.json or lengths) else []
+        rows = sweep(settings, lengths)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.plot:

@@ -121,7 +121,7 @@ def write_plot(path: str, s: PlanSettings, rows: list[dict]) -> None:
     Written to a temporary file and renamed, so a failure leaves any previous plot intact."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     L = [r["target_length"] // 1024 for r in rows]

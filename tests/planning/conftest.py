@@ -1,0 +1,54 @@
+"""Fixtures of the planner tests: tiny CPU models built the way ``benchmarks/step_time_models.py``
+builds them (local spec, fp32), on a single-process gloo Megatron."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+import pytest
+import torch
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def bench_modules():
+    """``(step_time_models, step_time_measure)`` imported from ``benchmarks/``."""
+    sys.path.insert(0, os.path.abspath(BENCH))
+    try:
+        import step_time_measure
+        import step_time_models
+    finally:
+        sys.path.remove(os.path.abspath(BENCH))
+    return step_time_models, step_time_measure
+
+
+@pytest.fixture(scope="module")
+def tiny_cpu(bench_modules):
+    """``build(groups, tied) -> (args, EndPromptGPTModel)``: the benchmark's model (local spec,
+    fp32) on CPU, with the two CUDA calls of its forward pointed at the CPU (as
+    ``tests/model/conftest.py`` does) for the module's duration."""
+    from megatron.core import tensor_parallel
+
+    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt.runtime.process_group import single_process_group
+
+    quiet_megatron_import_noise()
+    models, _ = bench_modules
+    with single_process_group(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "current_device", lambda: "cpu")
+        tracker = tensor_parallel.get_cuda_rng_tracker()
+        mp.setattr(tracker, "fork", lambda *a, **k: contextlib.nullcontext(), raising=False)
+
+        def build(groups: int, tied: bool):
+            args = argparse.Namespace(device="cpu", layers=2, hidden=128, heads=4, groups=groups,
+                                      ffn=512, vocab=1024, tie_embeddings=tied, seq_length=64,
+                                      ratio=4, seed=3, micro_batch=2)
+            stock, ours = models.build_models(args)
+            del stock
+            return args, ours
+
+        yield build

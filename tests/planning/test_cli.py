@@ -1,0 +1,62 @@
+"""``tools/plan_endprompt_run.py``: table, JSON, plot, and one-line errors that leave previous
+output intact."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from megatron_endprompt.cli.plan import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BASE = ["--model", "llama3-8b", "--gpus", "32", "--sweep", "32768,65536"]
+
+
+def test_table_json_and_plot(run_tool, tmp_path):
+    plot = tmp_path / "plan.png"
+    rc, out, err = run_tool(main, [*BASE, "--plot", plot])
+    assert rc == 0, err
+    assert "EndPrompt P=8192" in out and "full-length L=65536" in out
+    assert "layout (cheapest that fits)" in out and "GPU-hours for 1e+09 tokens" in out
+    assert "compute_weight_and_optimizer_memory" in out  # says where figures come from
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".plan-")]
+
+    rc, out, err = run_tool(main, [*BASE, "--json", "--recompute", "full"])
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert set(doc["plans"]) == {"endprompt", "full", "full_same_layout"}
+    ep, full = doc["plans"]["endprompt"], doc["plans"]["full"]
+    assert ep["seq_length"] == 8192 and full["seq_length"] == 65536
+    assert ep["fits"] and full["fits"]
+    for key in ("weights", "gradients", "optimizer", "activations", "total"):
+        assert ep["memory_gib"][key] >= 0
+    assert [r["target_length"] for r in doc["sweep"]] == [32768, 65536]
+    assert doc["settings"]["mfu"] == 0.4 and doc["settings"]["recompute"] == "full"
+
+
+def test_bad_input_is_one_line_and_keeps_previous_plot(run_tool, tmp_path):
+    plot = tmp_path / "plan.png"
+    plot.write_bytes(b"previous")
+    cases = [
+        ([*BASE, "--tp", "3", "--plot", plot], "--tp 3"),
+        ([*BASE, "--sweep", "64k", "--plot", plot], "--sweep"),
+        ([*BASE, "--plot", tmp_path / "missing" / "p.png"], "does not exist"),
+        ([*BASE, "--plot", tmp_path / "p.txt"], ".png"),
+        (["--hf-config", tmp_path / "nope.json"], "--hf-config"),
+        ([*BASE, "--target-length", "4096"], "--target-length"),
+    ]
+    for argv, needle in cases:
+        rc, out, err = run_tool(main, argv)
+        assert rc == 2 and err.startswith("error: ") and needle in err, (argv, err)
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert plot.read_bytes() == b"previous"
+
+
+def test_tool_script_runs():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "plan_endprompt_run.py"),
+                          "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0 and "--target-length" in res.stdout
