@@ -49,7 +49,7 @@ def plan_document(s: PlanSettings, plans: dict[str, MethodPlan], rows: list[dict
 
 
 def _layout(p: MethodPlan) -> str:
-    return str(p.layout) + ("" if p.fits else "  (DOES NOT FIT)")
+    return str(p.layout) + ("" if p.fits else " OOM")
 
 
 def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
@@ -87,7 +87,7 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
     if s.recompute == "full":
         row("    recomputed layer (backward)", lambda p: p.memory.activations.recompute_buffer / GIB)
     row("  logits transient (bf16 copy)", lambda p: p.memory.logits_transient / GIB)
-    row("  [Megatron formula activations]", lambda p: p.megatron_activation_bytes / GIB)
+    row("  [Megatron formula, selective]", lambda p: p.megatron_activation_bytes / GIB)
     row("global batch, sequences", lambda p: p.global_batch, "{:,}")
     row("model FLOPs / step, PFLOP", lambda p: p.step_model_flops / 1e15, "{:.1f}")
     row("model FLOPs / token, GFLOP", lambda p: p.step_model_flops / (p.global_batch * p.seq_length) / 1e9, "{:.1f}")
@@ -106,11 +106,11 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
 
 
 def sweep_table(rows: list[dict]) -> str:
-    lines = [f"{'L':>8s}  {'full: cheapest layout':22s}{'GiB':>7s}{'GPU-h':>9s}"
+    lines = [f"{'L':>8s}  {'full: cheapest layout':24s}{'GiB':>7s}{'GPU-h':>9s}"
              f"{'full on EP layout GiB':>23s}{'EndPrompt GiB':>15s}{'GPU-h':>9s}"]
     for r in rows:
         f, e, same = r["full"], r["endprompt"], r["full_same_layout"]
-        lines.append(f"{r['target_length']:>8d}  {_layout(f):22s}{f.memory.total / GIB:>7.1f}"
+        lines.append(f"{r['target_length']:>8d}  {_layout(f):24s}{f.memory.total / GIB:>7.1f}"
                      f"{f.gpu_hours:>9,.1f}{same.memory.total / GIB:>23.1f}"
                      f"{e.memory.total / GIB:>15.1f}{e.gpu_hours:>9,.1f}")
     return "\n".join(lines)
