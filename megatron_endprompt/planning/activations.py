@@ -26,7 +26,8 @@ width, per token of one micro-batch row (values in the activation dtype unless n
       ``cos``/``sin`` of ``q`` and ``k`` (``4 S d`` per layer and micro-batch, fp32);
     * MLP: ``5f`` (unfused SwiGLU).
 
-Outside the layers: token ids (int64), the final norm, the logits that Megatron's
+Outside the layers: token ids (int64), the RoPE table (flash: one fp32 ``[S, 1, 1, d]`` for all
+layers), the final norm, the logits that Megatron's
 vocab-parallel cross entropy keeps in fp32 (``V`` x 4 bytes: it up-casts), its target mask and
 targets (1 + 8 bytes); the local spec also keeps its ``S x S`` boolean causal mask.
 
@@ -121,9 +122,12 @@ class ActivationModel:
 
     # -- outside the layers ------------------------------------------------------------------
     def embedding_bytes(self, seq: int, micro_batch: int) -> float:
-        """Token ids (int64) and, with the local spec, the ``S x S`` boolean causal mask."""
-        mask = seq * seq if self.attention == "local" else 0
-        return 8 * seq * micro_batch + mask
+        """Token ids (int64); with the local spec the ``S x S`` boolean causal mask, with flash
+        attention the fp32 RoPE table ``[S, 1, 1, d]`` TE's fused RoPE keeps (one for all
+        layers)."""
+        if self.attention == "local":
+            return 8 * seq * micro_batch + seq * seq
+        return 8 * seq * micro_batch + 4 * seq * self.model.head_dim
 
     def output_bytes(self, seq: int, micro_batch: int, vocab: int) -> float:
         """Final norm, fp32 logits kept by the cross entropy, its target mask and targets."""

@@ -60,3 +60,21 @@ def test_tool_script_runs():
     res = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "plan_endprompt_run.py"),
                           "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0 and "--target-length" in res.stdout
+
+
+def test_plan_vs_measured_runs_on_cpu(tmp_path):
+    """``benchmarks/plan_vs_measured.py`` (what ``gpu_check.sh`` runs on CUDA) in its CPU form:
+    the local-spec prediction beside the measured saved-tensor bytes, ratio 1."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("MASTER_PORT", None)  # a port of this session's gloo group: let the script pick
+    out = tmp_path / "pvm.json"
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plan_vs_measured.py"),
+                          "--device", "cpu", "--threads", "1", "--hidden", "64", "--layers", "1",
+                          "--vocab", "256", "--seq-length", "32", "--out", str(out)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    for case in ("endprompt_P", "full_L"):
+        ratio = doc["cases"][case]["ratios"]["activations (saved tensors)"]
+        assert abs(ratio - 1) <= 0.10, (case, ratio)
+    assert "predicted" in res.stdout and "measured" in res.stdout
