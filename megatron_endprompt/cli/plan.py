@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                    help="Megatron --recompute-granularity (full: uniform, 1 layer)")
     p.add_argument("--mfu", type=float, default=0.40,
-                   help="assumed model-FLOP utilisation (default 0.40)")
+                   help="sustained fraction of bf16 peak on the executed FLOPs (default "
+                        "0.40; = Megatron's MFU without recompute)")
     p.add_argument("--headroom", type=float, default=0.10,
                    help="fraction of GPU memory kept free (default 0.10)")
     p.add_argument("--no-distributed-optimizer", action="store_true",

@@ -9,8 +9,10 @@ triangle). Two corrections, each stated where it is used:
   half too: ``+ 3 * 2 * 2 * S^2 * q / 2 = 6 S^2 q`` per layer and sequence. Flash attention
   skips masked blocks, so the GPU plan keeps Megatron's figure.
 * recompute re-runs forward work: ``full`` adds one forward (model FLOPs x 4/3), ``selective``
-  re-runs core attention's forward. These *hardware* FLOPs set the step time; MFU stays
-  defined on model FLOPs, as Megatron reports it.
+  re-runs core attention's forward. These *hardware* FLOPs set the step time: the planner's
+  ``mfu`` is the fraction of peak the GPUs sustain on the work they execute. Without recompute
+  that is Megatron's MFU; with full recompute Megatron's reported (model-FLOP) MFU reads 3/4
+  of it.
 """
 
 from __future__ import annotations

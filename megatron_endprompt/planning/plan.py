@@ -8,7 +8,8 @@ token budget (``tokens``): EndPrompt's tokens are physically ``P`` long, full-le
 
 "Cheapest": the fewest model-parallel GPUs (``TP x PP x CP``), so the most data parallelism and
 the least communication; among equals, fewer pipeline stages (bubble), then less TP (TP
-moves activations every layer; CP moves only K/V, overlapped with attention), then less CP. TP stays within a node (<= 8) and divides the KV heads; PP divides the layers; CP needs
+moves activations every layer; CP moves only K/V, overlapped with attention), then less CP.
+TP stays within a node (<= 8) and divides the KV heads; PP divides the layers; CP needs
 ``seq % (2 CP) == 0`` (Megatron's load-balanced causal split).
 """
 
@@ -50,7 +51,7 @@ class PlanSettings:
     global_batch_tokens: int = 4 * 2 ** 20
     #: ``none`` | ``selective`` | ``full`` (Megatron ``--recompute-granularity``)
     recompute: str = "none"
-    #: achieved model-FLOP utilisation assumed for the time estimate
+    #: sustained fraction of peak on the executed FLOPs (= Megatron's MFU without recompute)
     mfu: float = 0.40
     #: fraction of GPU memory kept free (CUDA context, NCCL buffers, fragmentation)
     headroom: float = 0.10
@@ -186,7 +187,7 @@ def evaluate(s: PlanSettings, method: str, seq: int, layout: Layout, tried: int 
     step_model = model_flops(acc, m, global_batch)
     step_hw = hardware_flops(acc, m, global_batch, recompute=s.recompute)
     cluster_flops = s.gpus * s.gpu.peak_tflops * 1e12 * s.mfu
-    # MFU is achieved *model* FLOPs over peak; recompute's extra work lowers model throughput.
+    # ``mfu`` applies to the executed (hardware) FLOPs: recompute's extra work costs time.
     step_seconds = step_hw / cluster_flops
     tps = global_batch * seq / step_seconds
     megatron_act = acc.activation_bytes(num_mb) / layout.cp

@@ -25,7 +25,8 @@ SOURCES = {
 
 def _settings_dict(s: PlanSettings) -> dict:
     m = s.model
-    return dict(model=dict(name=m.name, params=total_params(m), layers=m.num_layers, hidden=m.hidden_size,
+    return dict(model=dict(name=m.name, params=total_params(m), layers=m.num_layers,
+                           hidden=m.hidden_size,
                            ffn=m.ffn_hidden_size, heads=m.num_attention_heads,
                            kv_heads=m.num_query_groups, head_dim=m.head_dim, vocab=m.vocab_size,
                            tied=m.tied, original_window=m.original_window),
@@ -63,13 +64,14 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
         f"cluster: {s.gpus} x {s.gpu.name} ({s.gpu.memory_gib:g} GiB, {s.gpu.peak_tflops:g} "
         f"TFLOP/s bf16 dense); fits = total <= {s.usable_bytes / GIB:.1f} GiB "
         f"({100 * s.headroom:g}% headroom)",
-        f"assumptions: MFU {100 * s.mfu:g}% (model FLOPs / peak), recompute {s.recompute}, "
+        f"assumptions: MFU {100 * s.mfu:g}% (of peak, on executed FLOPs), recompute {s.recompute}, "
         f"micro-batch {s.micro_batch}, {s.global_batch_tokens:,} tokens/step, bf16 + "
         f"{'distributed ' if s.distributed_optimizer else ''}Adam, flash attention, "
         f"{s.tokens:.3g} tokens per method",
         "",
     ]
-    head = f"{'':38s}{'EndPrompt P=' + str(ep.seq_length):>22s}{'full-length L=' + str(full.seq_length):>24s}"
+    head = (f"{'':38s}{'EndPrompt P=' + str(ep.seq_length):>22s}"
+            f"{'full-length L=' + str(full.seq_length):>24s}")
     lines.append(head)
 
     def row(label: str, f, fmt: str = "{:.2f}") -> None:
@@ -85,12 +87,14 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
     row("    one layer, one micro-batch", lambda p: p.memory.activations.per_layer / GIB, "{:.3f}")
     row("    embedding/logits/loss", lambda p: p.memory.activations.outside_layers / GIB)
     if s.recompute == "full":
-        row("    recomputed layer (backward)", lambda p: p.memory.activations.recompute_buffer / GIB)
+        row("    recomputed layer (backward)",
+            lambda p: p.memory.activations.recompute_buffer / GIB)
     row("  logits transient (bf16 copy)", lambda p: p.memory.logits_transient / GIB)
     row("  [Megatron formula, selective]", lambda p: p.megatron_activation_bytes / GIB)
     row("global batch, sequences", lambda p: p.global_batch, "{:,}")
     row("model FLOPs / step, PFLOP", lambda p: p.step_model_flops / 1e15, "{:.1f}")
-    row("model FLOPs / token, GFLOP", lambda p: p.step_model_flops / (p.global_batch * p.seq_length) / 1e9, "{:.1f}")
+    row("model FLOPs / token, GFLOP",
+        lambda p: p.step_model_flops / (p.global_batch * p.seq_length) / 1e9, "{:.1f}")
     row("step time, s", lambda p: p.step_seconds, "{:.2f}")
     row("tokens/s (cluster)", lambda p: p.tokens_per_second, "{:,.0f}")
     row(f"GPU-hours for {s.tokens:.3g} tokens", lambda p: p.gpu_hours, "{:,.1f}")
