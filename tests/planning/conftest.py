@@ -47,7 +47,8 @@ def tiny_cpu(bench_modules):
             args = argparse.Namespace(device="cpu", layers=2, hidden=128, heads=4, groups=groups,
                                       ffn=512, vocab=1024, tie_embeddings=tied, seq_length=64,
                                       ratio=4, seed=3, micro_batch=2)
-            stock, ours = models.build_models(args)
+            with torch.random.fork_rng():  # build_models seeds torch's global generator
+                stock, ours = models.build_models(args)
             del stock
             return args, ours
 
