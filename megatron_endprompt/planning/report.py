@@ -143,7 +143,10 @@ def write_plot(path: str, s: PlanSettings, rows: list[dict]) -> None:
                               ("endprompt", f"EndPrompt at P={s.seq_length}", "s--")):
         ax2.plot(L, [r[key].gpu_hours for r in rows], style, label=label)
     ax1.axhline(s.usable_bytes / GIB, color="grey", lw=0.8, ls=":", label="usable memory")
-    ax1.set_ylim(bottom=0)
+    top = max(max(r[k].memory.total for r in rows for k in ("full_same_layout", "endprompt")),
+              s.usable_bytes) / GIB
+    ax1.set_ylim(0, top * 1.15)  # room for the layout labels
+    ax1.set_xlim(L[0] - 0.08 * (L[-1] - L[0] or 1), L[-1] + 0.08 * (L[-1] - L[0] or 1))
     ax2.set_ylim(bottom=0)
     ax1.set(xlabel="target length L (K tokens)", ylabel="peak memory per GPU (GiB)",
             title=f"memory on EndPrompt's layout (TP{ep_layout.tp}/PP{ep_layout.pp}/"
