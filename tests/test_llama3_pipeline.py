@@ -105,6 +105,8 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
                                          "--no-progress"])
     assert rc == 0, err
     exported = load_tokenizer(hf_dir)
+    with open(f"{hf_dir}/tokenizer_config.json") as f:  # transformers 4.x loads it too
+        assert json.load(f)["tokenizer_class"] == "PreTrainedTokenizerFast"
     texts = [*spm_corpus.texts[:5], *[p for p in BUILTIN_PROMPTS if p != EOD_PROMPT],
              "<|eot_id|>", "Mixed <|end_of_text|> text."]
     for text in texts:
