@@ -20,9 +20,10 @@ Per prefix:
 Megatron conventions kept for EndPrompt samples: the last input's label is the stored extra
 token (``add_extra_token_to_sequence``; without it the last label is padding with weight 0);
 with ``eod_mask_loss`` the weight of every position whose *input* token is EOD is 0 (as
-``GPTDataset`` does: a prediction across a document boundary) — except inside a *prompt*
-terminal, whose tokens are the prompt itself: EP2's single end token makes the only
-terminal prediction, and masking it would train nothing there; padding labels get weight 0;
+``GPTDataset`` does: a prediction across a document boundary) — except the terminal
+predictions (``i >= a - 1``) of a *prompt* terminal, whose tokens are the prompt itself: EP2's
+single end token makes the only prediction from the terminal, and masking it would train
+nothing there (the prompt also follows a context that ends in EOD); padding labels get weight 0;
 the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``.
 """
 
@@ -280,8 +281,8 @@ class EndPromptGPTDataset(GPTDataset):
         terminal_mask[a - 1 :] = 1.0
         if self.config.eod_mask_loss:
             is_eod = tokens == self.config.tokenizer.eod
-            if not self._mask_terminal_eod:
-                is_eod[a:] = False
+            if not self._mask_terminal_eod:  # every terminal prediction keeps its weight
+                is_eod[a - 1 :] = False
             loss_mask[is_eod] = 0.0
         if self._pad_in_data:
             is_pad = labels == pad

@@ -138,9 +138,8 @@ def test_eod_mask_loss_keeps_prompt_terminal_weights(run_tool, llama3_args, llam
         s = inner[i]
         a = int(sc.records[int(inner.document_index[i])][0])
         lm, tokens = s["loss_mask"], s["tokens"]
-        assert torch.all(lm[a:] == 0.5), "terminal weights kept"
-        assert lm[a - 1] == (0.0 if tokens[a - 1] == eod else 0.5)
-        ctx_eod = (tokens[:a] == eod).nonzero().flatten()
+        assert torch.all(lm[a - 1:] == 0.5), "terminal weights kept"
+        ctx_eod = (tokens[:a - 1] == eod).nonzero().flatten()
         context_eods += len(ctx_eod)
         assert torch.all(lm[ctx_eod] == 0)
         ep2 += int(a == P - 1)
