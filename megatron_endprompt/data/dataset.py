@@ -266,7 +266,7 @@ class EndPromptGPTDataset(GPTDataset):
         else:  # torch.roll(tokens, -1) with the last label set to padding
             labels = np.empty(P, dtype=np.int64)
             labels[:-1] = tokens[1:]
-            labels[-1] = pad
+            labels[-1] = pad if self._pad_in_data else 0  # Llama-3 has no pad token
 
         if self._layouts is None:
             position_ids, loss_mask = self._layout_arrays(record, P)

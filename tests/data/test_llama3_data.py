@@ -144,3 +144,11 @@ def test_eod_mask_loss_keeps_prompt_terminal_weights(run_tool, llama3_args, llam
         assert torch.all(lm[ctx_eod] == 0)
         ep2 += int(a == P - 1)
     assert ep2 > 0 and context_eods > 0
+    # Llama-3 has no pad token (``tokenizer.pad`` is None): the last label without the extra
+    # token is still padding with weight 0
+    config.add_extra_token_to_sequence = False
+    config.path_to_cache = str(tmp_path / "cache2")
+    ds = BlendedMegatronDatasetBuilder(EndPromptGPTDataset, [4, 0, 0], lambda: True,
+                                       config).build()[0]
+    s = ds[0]
+    assert s["loss_mask"][-1] == 0 and s["labels"][-1] == 0
