@@ -79,3 +79,40 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer_dir(spm_corpus):
+    """A Llama-3-like Hugging Face tokenizer directory (byte-level BPE trained on
+    ``spm_corpus`` in ~20 ms; ``<|begin_of_text|>`` added before every text; base model:
+    ``eos_token`` ``<|end_of_text|>``), loadable by ``AutoTokenizer`` and by Megatron's
+    ``HuggingFaceTokenizer``. See :func:`megatron_endprompt.data.synthetic.build_llama3_like_tokenizer`."""
+    from megatron_endprompt.data.synthetic import build_llama3_like_tokenizer
+
+    return build_llama3_like_tokenizer(spm_corpus.texts, str(spm_corpus.root / "llama3_tok"))
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer(llama3_tokenizer_dir):
+    """Megatron-Core's ``HuggingFaceTokenizer`` of ``llama3_tokenizer_dir`` (as preprocessing
+    and training build it)."""
+    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+
+    return build_tokenizer(TokenizerSpec(tokenizer_type="HuggingFaceTokenizer",
+                                         tokenizer_model=llama3_tokenizer_dir))
+
+
+@pytest.fixture(scope="session")
+def llama3_args(spm_corpus, llama3_tokenizer_dir):
+    """``llama3_args(prefix, *extra)``: like ``spm_args`` but with the Llama-3-like HF tokenizer
+    (``--tokenizer-type HuggingFaceTokenizer``)."""
+
+    def argv(prefix, *extra, inputs=None):
+        return ["--input", *(inputs or [spm_corpus.path]), "--output-prefix", str(prefix),
+                "--tokenizer-type", "HuggingFaceTokenizer",
+                "--tokenizer-model", llama3_tokenizer_dir,
+                "--seq-length", str(SPM_P), "--target-length", str(SPM_L),
+                "--terminal-length", str(SPM_B), "--append-eod", "--no-progress",
+                *map(str, extra)]
+
+    return argv

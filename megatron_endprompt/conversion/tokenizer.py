@@ -146,4 +146,23 @@ def export_tokenizer(source: str, out_dir: str) -> Any:
     else:
         raise UserError(f"--tokenizer {source}: no such file or directory")
     tok.save_pretrained(out_dir)
+    _portable_tokenizer_config(out_dir)
     return tok
+
+
+def _portable_tokenizer_config(out_dir: str) -> None:
+    """transformers 5 writes ``"tokenizer_class": "TokenizersBackend"``, which transformers 4.x
+    cannot load; name the class both read (``PreTrainedTokenizerFast``, what Meta ships for
+    Llama-3) and drop 5.x's load-time keys."""
+    import json
+
+    path = os.path.join(out_dir, "tokenizer_config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    if config.get("tokenizer_class") != "TokenizersBackend":
+        return
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("backend", "is_local", "local_files_only"):
+        config.pop(key, None)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)

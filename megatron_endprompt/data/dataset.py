@@ -4,7 +4,10 @@ It is built through ``BlendedMegatronDatasetBuilder`` exactly like ``GPTDataset`
 ``--data-path`` blends, ``--split``, seed, epochs and index cache) and returns the same keys
 and dtypes (``tokens``/``labels`` int64 ``[P]``, ``loss_mask`` float32 ``[P]``,
 ``position_ids`` int64 ``[P]``, ``attention_mask`` bool ``[1, P, P]`` when asked), so
-Megatron's batch broadcast over TP works unchanged.
+Megatron's batch broadcast over TP works unchanged, plus one key of ours:
+``terminal_mask`` float32 ``[P]``, 1 where the prediction belongs to the terminal
+(index ``i >= a - 1``; all 0 for replay samples). The trainer reads the terminal from it
+instead of guessing it from position jumps (a ``random`` placement may draw ``T = a``).
 
 Per prefix:
 
@@ -17,8 +20,11 @@ Per prefix:
 Megatron conventions kept for EndPrompt samples: the last input's label is the stored extra
 token (``add_extra_token_to_sequence``; without it the last label is padding with weight 0);
 with ``eod_mask_loss`` the weight of every position whose *input* token is EOD is 0 (as
-``GPTDataset`` does); padding labels get weight 0; the batch-padding sample (``idx=None``) has
-an all-zero ``loss_mask``.
+``GPTDataset`` does: a prediction across a document boundary) — except the terminal
+predictions (``i >= a - 1``) of a *prompt* terminal, whose tokens are the prompt itself: EP2's
+single end token makes the only prediction from the terminal, and masking it would train
+nothing there (the prompt also follows a context that ends in EOD); padding labels get weight 0;
+the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``.
 """
 
 from __future__ import annotations
@@ -138,6 +144,8 @@ class EndPromptGPTDataset(GPTDataset):
             cw = config.endprompt_context_loss_weight
             self._context_w = float(layout.context_loss_weight if cw is None else cw)
             self._causal_mask = None
+            # --eod-mask-loss spares prompt terminals (see the module docstring).
+            self._mask_terminal_eod = self.sidecar.header.terminal_source != "prompt"
             # Hot-path helpers (see __getitem__): a plain ndarray view of the records (memmap
             # indexing is slower), and whether the pad id can occur among stored tokens at all.
             self._records = np.asarray(self.sidecar.records)
@@ -240,7 +248,10 @@ class EndPromptGPTDataset(GPTDataset):
 
     def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         if self.sidecar is None:
-            return super().__getitem__(idx)
+            sample = super().__getitem__(idx)
+            sample["terminal_mask"] = torch.zeros(self.config.sequence_length,
+                                                  dtype=torch.float32)
+            return sample
         # Masking is done in numpy before wrapping as tensors: torch boolean-mask assignments
         # cost ~15 us each at P=8192, numpy's a few us; the results are the same.
         P = self.config.sequence_length
@@ -255,7 +266,7 @@ class EndPromptGPTDataset(GPTDataset):
         else:  # torch.roll(tokens, -1) with the last label set to padding
             labels = np.empty(P, dtype=np.int64)
             labels[:-1] = tokens[1:]
-            labels[-1] = pad
+            labels[-1] = pad if self._pad_in_data else 0  # Llama-3 has no pad token
 
         if self._layouts is None:
             position_ids, loss_mask = self._layout_arrays(record, P)
@@ -265,8 +276,14 @@ class EndPromptGPTDataset(GPTDataset):
                 cached = self._layouts.setdefault(key, self._layout_arrays(record, P))
             position_ids, loss_mask = cached[0].copy(), cached[1].copy()
 
+        a = int(record[0])
+        terminal_mask = np.zeros(P, dtype=np.float32)
+        terminal_mask[a - 1 :] = 1.0
         if self.config.eod_mask_loss:
-            loss_mask[tokens == self.config.tokenizer.eod] = 0.0
+            is_eod = tokens == self.config.tokenizer.eod
+            if not self._mask_terminal_eod:  # every terminal prediction keeps its weight
+                is_eod[a - 1 :] = False
+            loss_mask[is_eod] = 0.0
         if self._pad_in_data:
             is_pad = labels == pad
             loss_mask[is_pad] = 0.0
@@ -286,4 +303,5 @@ class EndPromptGPTDataset(GPTDataset):
             sample["attention_mask"] = self._causal_mask
         sample["loss_mask"] = loss_mask
         sample["position_ids"] = position_ids
+        sample["terminal_mask"] = torch.from_numpy(terminal_mask)
         return sample

@@ -285,8 +285,10 @@ def preprocess(opts: PreprocessOptions) -> dict:
             "tokens_in": stats.tokens_in,
             "tokens_written": stats.samples * (opts.layout.seq_length + 1),
             "tokens_unused_middle": stats.tokens_unused_middle,
+            "samples_contiguous_positions": stats.samples_contiguous,
             "tokens_left_over_at_end": stats.tokens_left_over,
             "prompt_counts": dict(zip(prompt_texts, stats.prompt_counts)),
+            "prompt_ids": {p: ids.tolist() for p, ids in zip(prompt_texts, maker.prompts)},
             "seconds": round(time.perf_counter() - t0, 3),
         }
         header = SidecarHeader(
@@ -345,8 +347,12 @@ def format_summary(summary: dict) -> str:
     if summary["tokens_unused_middle"]:
         lines.append(f"tokens between context and document tail (unused by design): "
                      f"{summary['tokens_unused_middle']:,}")
+    if summary.get("samples_contiguous_positions"):
+        lines.append(f"samples from documents shorter than one sample (contiguous positions): "
+                     f"{summary['samples_contiguous_positions']:,}")
     lines.append(f"tokens left at the end of the stream (less than one sample): "
                  f"{summary['tokens_left_over_at_end']:,}")
     for prompt, n in summary["prompt_counts"].items():
-        lines.append(f"  prompt {prompt!r}: {n:,} samples")
+        ids = summary.get("prompt_ids", {}).get(prompt, [])
+        lines.append(f"  prompt {prompt!r}: {n:,} samples (token ids {ids})")
     return "\n".join(lines)

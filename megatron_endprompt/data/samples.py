@@ -9,11 +9,16 @@ its layout record. The terminal sources:
   ``P``; the terminal is the window's last ``b`` inputs — the text simply continues.
 * ``document-tail``: a document of ``n >= P + 1`` tokens gives one sample, its first ``a``
   tokens then its last ``b + 1`` tokens; the middle is not used (counted in the summary).
+  Context and terminal always come from the same document. Documents shorter than one sample
+  are packed (EOD-separated) into windows of ``P + 1`` tokens with stride ``P``, as
+  ``continuation`` does, and those samples get *contiguous* positions (record ``T = a``, no
+  PoSE skips) — there is no document tail to anchor at ``L - b``, so, as in the official
+  code, no position jump either. They are counted (``samples_contiguous``).
 * ``prompt``: the stream gives ``a = P - len(prompt)`` context tokens, followed by the prompt
   and the EOD token as the final label; a prompt is drawn per sample from the set.
 
-Documents shorter than one sample are never dropped: they are packed with their neighbours
-(for ``document-tail`` the packed group acts as one document). Only the stream's final
+Documents shorter than one sample are never dropped: they are packed with their neighbours.
+Only the stream's final
 remainder, too short for one more sample, is left out, and it is counted.
 """
 
@@ -41,12 +46,27 @@ class SampleStats:
     """Documents with fewer than ``P + 1`` tokens (packed with neighbours)."""
     tokens_in: int = 0
     """Tokens fed in (EOD included)."""
+    samples_contiguous: int = 0
+    """``document-tail``: samples packed from documents shorter than one sample, with
+    contiguous positions (no document long enough to give a tail)."""
     tokens_unused_middle: int = 0
     """``document-tail``: tokens between a document's context and its tail."""
     tokens_left_over: int = 0
     """Tokens at the end of the stream that could not fill one more sample."""
     prompt_counts: list[int] = field(default_factory=list)
     """``prompt``: how often each prompt was drawn."""
+
+
+def contiguous_record(layout: LayoutConfig, terminal_length: int) -> np.ndarray:
+    """A record whose positions are ``0..P-1`` (terminal start ``T = a``; with PoSE, pieces cut
+    at ``1..N-1`` with no skip), so ``a`` and the loss weights keep their meaning."""
+    layout.check_terminal_length(terminal_length)
+    n = layout.pose_chunks
+    a = layout.seq_length - terminal_length
+    record = np.empty(2 * n, dtype=np.int32)
+    record[0] = record[1] = a
+    record[2 : n + 1] = record[n + 1 :] = np.arange(1, n)
+    return record
 
 
 class _Stream:
@@ -136,9 +156,13 @@ class SampleMaker:
             self._pending = (rng, choice)
         return self._pending
 
-    def _emit(self, tokens: np.ndarray, terminal_length: int) -> tuple[np.ndarray, np.ndarray]:
+    def _emit(self, tokens: np.ndarray, terminal_length: int,
+              contiguous: bool = False) -> tuple[np.ndarray, np.ndarray]:
         rng, choice = self._next_draw()
-        record = make_record(self.layout, terminal_length=terminal_length, rng=rng)
+        if contiguous:
+            record = contiguous_record(self.layout, terminal_length)
+        else:
+            record = make_record(self.layout, terminal_length=terminal_length, rng=rng)
         self._pending = None
         self.stats.samples += 1
         if choice >= 0:
@@ -176,15 +200,19 @@ class SampleMaker:
 
     def _add_document_tail(self, tokens: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         P, b = self.layout.seq_length, self.b
-        if len(tokens) < P + 1:
-            # Too short on its own: pack with neighbours into one pseudo-document.
-            self._stream.push(tokens)
-            if self._stream.size < P + 1:
-                return
-            tokens = self._stream.take_all()
-        a = P - b
-        self.stats.tokens_unused_middle += len(tokens) - (P + 1)
-        yield self._emit(np.concatenate([tokens[:a], tokens[len(tokens) - b - 1 :]]), b)
+        if len(tokens) >= P + 1:
+            a = P - b
+            self.stats.tokens_unused_middle += len(tokens) - (P + 1)
+            yield self._emit(np.concatenate([tokens[:a], tokens[len(tokens) - b - 1 :]]), b)
+            return
+        # No tail to take: pack with neighbours into contiguous windows (never mixing one
+        # document's context with another's tail at a jumped position).
+        self._stream.push(tokens)
+        while self._stream.size >= P + 1:
+            window = self._stream.peek(P + 1).copy()
+            self._stream.drop(P)
+            self.stats.samples_contiguous += 1
+            yield self._emit(window, b, contiguous=True)
 
     def finish(self) -> None:
         """Record what is left in the stream (too short for one more sample)."""

@@ -74,3 +74,37 @@ def build_tokenizer(spec: TokenizerSpec) -> Any:
             f"--tokenizer-model {spec.tokenizer_model}: cannot load a {spec.tokenizer_type} "
             f"({first[:200]}); check the path and --tokenizer-type"
         ) from None
+
+
+def hf_tokenizer_of(tokenizer: Any) -> Any | None:
+    """The ``transformers`` tokenizer inside a Megatron ``HuggingFaceTokenizer`` (else ``None``)."""
+    hf = getattr(getattr(tokenizer, "_tokenizer", None), "tokenizer", None)
+    return hf if hasattr(hf, "encode") and hasattr(hf, "convert_tokens_to_ids") else None
+
+
+def encode_plain(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` with *no* special token added around it.
+
+    Megatron's ``HuggingFaceTokenizer.tokenize`` runs the HF post-processor, which for Llama-3
+    puts ``<|begin_of_text|>`` before every string: right for a document, wrong for a piece of
+    text spliced into a sample (a terminal prompt would carry an attention-sink BOS at
+    position ``L - b``). Special-token *strings* in ``text`` (``<|eot_id|>``) still map to
+    their single ids. SentencePiece and TikToken libraries add nothing, so their
+    ``tokenize`` is used as is.
+    """
+    hf = hf_tokenizer_of(tokenizer)
+    if hf is not None:
+        return list(hf.encode(text, add_special_tokens=False))
+    return list(tokenizer.tokenize(text))
+
+
+def token_text(tokenizer: Any, token_id: int) -> str | None:
+    """The vocabulary string of ``token_id`` (for summaries), or ``None`` when unknown."""
+    hf = hf_tokenizer_of(tokenizer)
+    try:
+        if hf is not None:
+            return hf.convert_ids_to_tokens(int(token_id))
+        return tokenizer.ids_to_tokens([int(token_id)])[0] if hasattr(
+            tokenizer, "ids_to_tokens") else None
+    except Exception:  # noqa: BLE001 - a summary nicety only
+        return None

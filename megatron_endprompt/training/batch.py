@@ -15,11 +15,13 @@ attention needs the jumped positions. What we do, and why it is the cheapest cor
   ``get_batch_on_this_cp_rank`` (zig-zag into ``2 * cp`` chunks), once; the model consumes the
   sliced positions as they are and never slices again.
 
-The last stage also gets ``terminal_mask`` (float ``[B, S]``: 1 where the prediction belongs
-to the terminal segment), derived from the positions before CP slicing, so that the context
-and terminal losses can be logged separately. A row's terminal starts at its last position
-jump (plain replay rows have none); the one layout it cannot see is a ``random`` placement
-that drew ``T = a`` (no jump, probability ``1 / (L - P + 1)``), which is then logged as context.
+The last stage also gets ``terminal_mask`` (float32 ``[B, S]``: 1 where the prediction belongs
+to the terminal segment, i.e. index ``i >= a - 1``), so that the context and terminal losses
+are logged separately. It comes from the dataset, which knows each sample's ``a``
+(:class:`~megatron_endprompt.data.dataset.EndPromptGPTDataset` emits it), and travels with
+the labels (TP broadcast, CP slicing); it is not rebuilt from position jumps, which cannot see a
+``random`` placement that drew ``T = a``. A dataset without the key (Megatron's own
+``GPTDataset``, mock data) has no terminal: the mask is all 0.
 """
 
 from __future__ import annotations
@@ -31,23 +33,12 @@ import torch
 _INT = torch.int64
 
 
-def terminal_mask_from_positions(position_ids: torch.Tensor) -> torch.Tensor:
-    """``[B, S]`` float mask of terminal *predictions*: index ``i >= a - 1`` where ``a`` is the
-    index of the row's last position jump (the first terminal token)."""
-    B, S = position_ids.shape
-    jumps = (position_ids[:, 1:] - position_ids[:, :-1]) != 1  # [B, S-1], True at i -> i+1
-    idx = torch.arange(1, S, device=position_ids.device).expand(B, -1)
-    a = torch.where(jumps, idx, torch.zeros_like(idx)).max(dim=1).values  # 0: no jump
-    start = torch.where(a > 0, a - 1, torch.full_like(a, S))
-    return (torch.arange(S, device=position_ids.device)[None, :] >= start[:, None]).float()
-
-
 def _needed_keys(first: bool, last: bool, with_mask: bool) -> list[str]:
     keys = ["position_ids"]
     if first:
         keys.append("tokens")
     if last:
-        keys += ["labels", "loss_mask"]
+        keys += ["labels", "loss_mask", "terminal_mask"]
     if with_mask:
         keys.append("attention_mask")
     return keys
@@ -56,7 +47,7 @@ def _needed_keys(first: bool, last: bool, with_mask: bool) -> list[str]:
 def _spec(key: str, mbs: int, seq: int) -> tuple[tuple[int, ...], torch.dtype]:
     if key == "attention_mask":
         return (mbs, 1, seq, seq), torch.bool
-    if key == "loss_mask":
+    if key in ("loss_mask", "terminal_mask"):
         return (mbs, seq), torch.float32
     return (mbs, seq), _INT
 
@@ -80,6 +71,8 @@ def get_batch(data_iterator: Any, *, first_stage: bool, last_stage: bool) -> dic
     if mpu.get_tensor_model_parallel_rank() == 0:
         assert data_iterator is not None, "TP rank 0 of every stage must have a data iterator"
         sample = next(data_iterator)
+        if "terminal_mask" in keys and "terminal_mask" not in sample:  # no EndPrompt data
+            sample["terminal_mask"] = torch.zeros(sample["labels"].shape, dtype=torch.float32)
         batch = {k: sample[k].to(device, non_blocking=True) for k in keys}
     else:
         batch = {}
@@ -91,8 +84,6 @@ def get_batch(data_iterator: Any, *, first_stage: bool, last_stage: bool) -> dic
         for k in keys:
             batch[k] = batch[k].contiguous()
             torch.distributed.broadcast(batch[k], src, group=group)
-    if last_stage:
-        batch["terminal_mask"] = terminal_mask_from_positions(batch["position_ids"])
     if mpu.get_context_parallel_world_size() > 1:
         batch["cu_seqlens"] = None
         batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,

@@ -84,7 +84,7 @@ def test_sample_matches_stored_data_and_sidecar(tok, data, tmp_path):
         s = inner[i]
         doc = int(inner.document_index[i])
         text = stored.get(doc).astype(np.int64)
-        assert set(s) == {"tokens", "labels", "loss_mask", "position_ids"}
+        assert set(s) == {"tokens", "labels", "loss_mask", "position_ids", "terminal_mask"}
         assert s["tokens"].dtype == torch.int64 and s["labels"].dtype == torch.int64
         assert s["loss_mask"].dtype == torch.float32 and s["position_ids"].dtype == torch.int64
         assert torch.equal(s["tokens"], torch.from_numpy(text[:P]))
@@ -93,6 +93,7 @@ def test_sample_matches_stored_data_and_sidecar(tok, data, tmp_path):
         a = int(sc.records[doc][0])
         lm = s["loss_mask"].numpy()
         assert np.all(lm[: a - 1] == 1.0) and np.all(lm[a - 1:] == 0.25)
+        assert s["terminal_mask"].tolist() == [0.0] * (a - 1) + [1.0] * (P - a + 1)
         assert s["position_ids"].max() < L
 
 
@@ -106,7 +107,9 @@ def test_keys_and_dtypes_equal_gptdataset(tok, data, tmp_path):
         ref = BlendedMegatronDatasetBuilder(GPTDataset, [10, 0, 0], lambda: True, gcfg).build()[0][0]
         ours = _build(_config(tok, ([data["ep"]], [1.0]), tmp_path / "e",
                               create_attention_mask=create_mask), (10, 0, 0))[0][0]
-        assert set(ours) - {"dataset_id"} == set(ref) - {"dataset_id"}
+        assert set(ours) - {"dataset_id"} == (set(ref) - {"dataset_id"}) | {"terminal_mask"}
+        assert ours["terminal_mask"].dtype == torch.float32
+        assert ours["terminal_mask"].shape == ref["loss_mask"].shape
         for k in ref:
             if k != "dataset_id":
                 assert ours[k].dtype == ref[k].dtype and ours[k].shape == ref[k].shape, k

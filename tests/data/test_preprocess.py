@@ -81,9 +81,14 @@ def _check_common(prefix, summary, *, n_lines, placement, pose_chunks):
     layout = sc.layout
     assert (layout.seq_length, layout.target_length) == (P, L)
     assert (layout.placement, layout.pose_chunks) == (placement, pose_chunks)
+    contiguous = 0
     for rec in np.asarray(sc.records):
         a, t = int(rec[0]), int(rec[1])
         b = P - a
+        if np.array_equal(positions_from_record(rec, P), np.arange(P)):
+            contiguous += 1  # document-tail's samples from short documents only
+            assert t == a
+            continue
         if placement == "fixed":
             assert t == L - b
         else:
@@ -96,6 +101,7 @@ def _check_common(prefix, summary, *, n_lines, placement, pose_chunks):
             assert np.array_equal(pos[:a], np.arange(a))
         else:
             assert pos[a - 1] < t
+    assert contiguous == summary.get("samples_contiguous_positions", 0)
     return samples, sc
 
 
@@ -125,21 +131,23 @@ def test_continuation(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_path, p
     assert sc.header.terminal_source == "continuation" and sc.header.terminal_length == B
 
 
-def _expected_document_tail(docs: list[np.ndarray]) -> tuple[list[np.ndarray], int, int]:
-    """Samples, unused middle tokens and leftover tokens by the documented rule: a document of
-    n >= P + 1 tokens gives doc[:a] + doc[-(b+1):]; shorter ones are packed into a group that
-    acts as one document once it reaches P + 1 tokens."""
+def _expected_document_tail(docs: list[np.ndarray]) -> tuple[list[np.ndarray], int, int, int]:
+    """Samples, unused middle tokens, leftover tokens and contiguous samples by the documented
+    rule: a document of n >= P + 1 tokens gives doc[:a] + doc[-(b+1):]; shorter ones are
+    packed into one stream cut into windows of P + 1 tokens with stride P (contiguous)."""
     a = P - B
-    out, middle, pending = [], 0, []
+    out, middle, stream, contiguous = [], 0, np.empty(0, np.int64), 0
     for doc in docs:
-        if len(doc) < P + 1:
-            pending.append(doc)
-            if sum(map(len, pending)) < P + 1:
-                continue
-            doc, pending = np.concatenate(pending), []
-        out.append(np.concatenate([doc[:a], doc[-(B + 1):]]))
-        middle += len(doc) - (P + 1)
-    return out, middle, sum(map(len, pending))
+        if len(doc) >= P + 1:
+            out.append(np.concatenate([doc[:a], doc[-(B + 1):]]))
+            middle += len(doc) - (P + 1)
+            continue
+        stream = np.concatenate([stream, doc])
+        while len(stream) >= P + 1:
+            out.append(stream[: P + 1])
+            stream = stream[P:]
+            contiguous += 1
+    return out, middle, len(stream), contiguous
 
 
 @pytest.mark.parametrize("placement,pose", [("fixed", 1), ("random", 2)])
@@ -150,17 +158,44 @@ def test_document_tail(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_path, 
     samples, sc = _check_common(prefix, summary, n_lines=_n_lines(spm_corpus.path),
                                 placement=placement, pose_chunks=pose)
     docs = _doc_tokens(spm_tokenizer, spm_corpus.texts)
-    expected, middle, left = _expected_document_tail(docs)
+    expected, middle, left, contiguous = _expected_document_tail(docs)
     assert any(len(d) < P + 1 for d in docs) and any(len(d) > P + 1 for d in docs)
     assert len(samples) == len(expected)
     for i, (s, e) in enumerate(zip(samples, expected)):
         assert np.array_equal(s, e), i
-    # the document's last token (EOD) is the label of the last input
-    assert all(s[-1] == spm_tokenizer.eod for s in samples)
+    # a document's last token (EOD) is the label of its sample's last input
+    jumped = [s for s, r in zip(samples, np.asarray(sc.records))
+              if not np.array_equal(positions_from_record(r, P), np.arange(P))]
+    assert len(jumped) == len(samples) - contiguous
+    assert all(s[-1] == spm_tokenizer.eod for s in jumped)
     assert summary["tokens_unused_middle"] == middle
     assert summary["tokens_left_over_at_end"] == left
-    assert summary["tokens_in"] == len(samples) * (P + 1) + middle + left
+    assert summary["samples_contiguous_positions"] == contiguous
+    assert summary["tokens_in"] == ((len(samples) - contiguous) * (P + 1) + middle
+                                    + contiguous * P + left)
     assert summary["documents_shorter_than_sample"] == sum(len(d) < P + 1 for d in docs)
+
+
+def test_document_tail_never_mixes_documents(spm_tokenizer):
+    """Issue 8 defect 6: a jumped (EndPrompt) sample takes context and tail from ONE document;
+    short documents give contiguous samples. Documents are marked by their token values."""
+    from megatron_endprompt.data.samples import SampleMaker
+    from megatron_endprompt.layout import LayoutConfig
+
+    maker = SampleMaker(LayoutConfig(seq_length=P, target_length=L), terminal_source="document-tail",
+                        terminal_length=B)
+    lengths = [20, 30, 25, 200, 10, 40, 50, 30, 90]
+    docs = [np.full(n, 1000 + k, dtype=np.int64) for k, n in enumerate(lengths)]
+    out = [s for d in docs for s in maker.add_document(d)]
+    jumped = [(s, r) for s, r in out if r[1] != r[0]]
+    assert len(jumped) == sum(n >= P + 1 for n in lengths) == 2
+    for s, r in jumped:
+        assert len(set(s.tolist())) == 1, "context and terminal from the same document"
+        assert r[1] == L - B
+    contiguous = [(s, r) for s, r in out if r[1] == r[0]]
+    assert maker.stats.samples_contiguous == len(contiguous) == len(out) - 2 > 0
+    for s, r in contiguous:
+        assert np.array_equal(positions_from_record(r, P), np.arange(P))
 
 
 def _check_prompt_samples(samples, sc, tok, prompt_texts, stream):
@@ -274,9 +309,10 @@ def test_short_documents_are_packed_not_dropped(run_tool, spm_args, spm_tokenize
         assert total == len(samples) * P + summary["tokens_left_over_at_end"]
         assert np.array_equal(np.concatenate([s[:P] for s in samples]), stream[: len(samples) * P])
     elif source == "document-tail":
-        expected, middle, left = _expected_document_tail(docs)
+        expected, middle, left, contiguous = _expected_document_tail(docs)
         assert [s.tolist() for s in samples] == [e.tolist() for e in expected]
-        assert total == len(samples) * (P + 1) + middle + left
+        assert contiguous == len(samples) and middle == 0
+        assert total == len(samples) * P + left
         assert summary["tokens_unused_middle"] == middle
     else:
         used = _check_prompt_samples(samples, sc, spm_tokenizer, list(BUILTIN_PROMPTS), stream)

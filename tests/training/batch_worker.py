@@ -29,7 +29,7 @@ def main() -> None:
     mpu.initialize_model_parallel(tensor_model_parallel_size=a.tp,
                                   pipeline_model_parallel_size=a.pp,
                                   context_parallel_size=a.cp)
-    global_vars._GLOBAL_ARGS = argparse.Namespace(micro_batch_size=2, seq_length=16,
+    global_vars._GLOBAL_ARGS = argparse.Namespace(micro_batch_size=3, seq_length=16,
                                                   create_attention_mask_in_dataloader=False)
     from test_batch_ranks import make_batch  # noqa: E402  (same directory)
 

@@ -11,18 +11,22 @@ import torch
 
 from megatron_endprompt.model.cp import zigzag_slice
 from megatron_endprompt.runtime.process_group import free_port
-from megatron_endprompt.training.batch import terminal_mask_from_positions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def make_batch() -> dict[str, torch.Tensor]:
-    """Two rows: a fixed EndPrompt layout and a PoSE one, S=16, L=128."""
+    """Three rows, S=16, L=128: a fixed EndPrompt layout, a PoSE one, and a random placement
+    that drew ``T = a`` (a = 10: no position jump, the terminal known only to the dataset)."""
     pos = torch.stack([torch.cat([torch.arange(12), torch.arange(124, 128)]),
-                       torch.cat([torch.arange(5), torch.arange(40, 47), torch.arange(90, 94)])])
-    tokens = torch.arange(32).view(2, 16) + 100
+                       torch.cat([torch.arange(5), torch.arange(40, 47), torch.arange(90, 94)]),
+                       torch.arange(16)])
+    tokens = torch.arange(48).view(3, 16) + 100
+    a = torch.tensor([12, 12, 10])
+    terminal = (torch.arange(16)[None, :] >= (a - 1)[:, None]).float()
     return {"tokens": tokens, "labels": tokens + 1, "position_ids": pos,
-            "loss_mask": torch.where(pos > 60, 0.25, 1.0).float()}
+            "loss_mask": torch.where(terminal > 0, 0.25, 1.0).float(),
+            "terminal_mask": terminal}
 
 
 def _run(tmp_path, **layout) -> list[dict]:
@@ -39,7 +43,6 @@ def _run(tmp_path, **layout) -> list[dict]:
 @pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(cp=2)])
 def test_every_rank_gets_its_positions(tmp_path, layout):
     full = make_batch()
-    full["terminal_mask"] = terminal_mask_from_positions(full["position_ids"])
     cp = layout.get("cp", 1)
     for got in _run(tmp_path, **layout):
         r = got["cp_rank"]

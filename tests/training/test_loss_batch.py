@@ -1,10 +1,9 @@
-"""Weighted loss normaliser and terminal mask (unit level)."""
+"""Weighted loss normaliser (unit level)."""
 
 from __future__ import annotations
 
 import torch
 
-from megatron_endprompt.training.batch import terminal_mask_from_positions
 from megatron_endprompt.training.loss import weighted_loss_terms
 
 
@@ -32,17 +31,6 @@ def test_normaliser_is_exact_across_micro_batches():
     all_w = torch.cat([w for _, w in mbs])
     expected = (all_l * all_w).sum() / (all_w > 0).sum()
     torch.testing.assert_close(num / den, expected, rtol=0, atol=1e-6)
-
-
-def test_terminal_mask_from_positions():
-    P = 10
-    fixed = torch.cat([torch.arange(7), torch.arange(61, 64)])           # a = 7
-    pose = torch.tensor([0, 1, 2, 40, 41, 42, 43, 90, 91, 92])           # PoSE jump + terminal at 7
-    plain = torch.arange(P)
-    mask = terminal_mask_from_positions(torch.stack([fixed, pose, plain]))
-    assert mask[0].tolist() == [0] * 6 + [1] * 4    # predictions i >= a - 1
-    assert mask[1].tolist() == [0] * 6 + [1] * 4
-    assert mask[2].tolist() == [0] * P
 
 
 def test_pi_factor_defaults_and_conflicts():
