@@ -126,6 +126,10 @@ def test_spm_tokenizer_is_converted(spm_corpus, converted, tmp_path, run_tool):
     for text in spm_corpus.texts[:20] + ["Hello  world, ünïcødé!"]:
         assert tok.encode(text, add_special_tokens=False) == sp.encode(text)
     assert read_config(str(out))["vocab_size"] == VOCAB  # recorded HF vocab wins
+    with open(out / "tokenizer_config.json") as f:
+        tok_cfg = json.load(f)
+    assert tok_cfg["tokenizer_class"] == "PreTrainedTokenizerFast"  # transformers 4.x loads it
+    assert tok_cfg["model_max_length"] == WINDOW  # no EndPrompt run recorded: L = L0
 
 
 @pytest.mark.parametrize("te_spec", [False, True])
