@@ -14,7 +14,7 @@
 # that restarts from the base at iteration 1 on every launch.
 # Preemption: `--exit-signal-handler --exit-signal $EXIT_SIGNAL` makes Megatron save a checkpoint
 # and exit cleanly at the next iteration boundary after the signal; torchrun forwards the signal
-# to its workers (TORCHELASTIC_SIGNALS_TO_HANDLE) and waits SHUTDOWN_TIMEOUT s for the save.
+# to its workers (PET_SIGNALS_TO_HANDLE) and waits SHUTDOWN_TIMEOUT s for the save.
 #
 # Sizing notes
 # - Target 32K: TARGET_LENGTH=32768 PI_FACTOR=4 (s = ceil(L / L0) with L0 = 8192).
@@ -215,7 +215,7 @@ FORWARDED=SIGTERM,SIGINT,SIGHUP,SIGQUIT   # torchrun's default: forwarded to the
 case ",$FORWARDED," in *",$EXIT_SIGNAL,"*) ;; *) FORWARDED+=",$EXIT_SIGNAL" ;; esac
 ENV=(
   CUDA_DEVICE_MAX_CONNECTIONS=1
-  "TORCHELASTIC_SIGNALS_TO_HANDLE=$FORWARDED"
+  "PET_SIGNALS_TO_HANDLE=$FORWARDED"
   "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=$SHUTDOWN_TIMEOUT"
 )
 CMD=(

@@ -38,7 +38,7 @@ esac
 TORCHRUN = r"""#!/usr/bin/env bash
 out="$STUB_DIR/torchrun.$SLURM_NODEID"
 printf '%s\n' "$@" > "$out"
-echo "ENV TORCHELASTIC_SIGNALS_TO_HANDLE=$TORCHELASTIC_SIGNALS_TO_HANDLE" >> "$out"
+echo "ENV PET_SIGNALS_TO_HANDLE=$PET_SIGNALS_TO_HANDLE" >> "$out"
 """
 
 
@@ -86,7 +86,7 @@ def test_one_task_per_node_with_its_rank(tmp_path):
         assert "--finetune" not in flags
         assert "--exit-signal-handler --exit-signal SIGUSR1" in flags
         assert "--data-path 0.8 /data/ep 0.2 /data/replay" in flags
-        assert argv[-3:] == ["--seed", "7", "ENV TORCHELASTIC_SIGNALS_TO_HANDLE="
+        assert argv[-3:] == ["--seed", "7", "ENV PET_SIGNALS_TO_HANDLE="
                              "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]
     assert not (tmp_path / "scontrol.log").exists()  # finished normally: no requeue
 
