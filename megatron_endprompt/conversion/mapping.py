@@ -96,7 +96,7 @@ LLAMA_MAPPINGS: tuple[WeightMapping, ...] = (
                   transform=QKVFusedPerGroup(), per_layer=True),
     WeightMapping(megatron=_L + "self_attention.linear_proj.weight",
                   hf=(_H + "self_attn.o_proj.weight",),
-                  transform=Identity(("hidden_size", "q")),
+                  transform=Identity(("hidden_size", "query_width")),
                   per_layer=True),
     WeightMapping(megatron=_L + "pre_mlp_layernorm.weight",
                   te=_L + "mlp.linear_fc1.layer_norm_weight",

@@ -55,7 +55,13 @@ class Dims:
 
     @property
     def heads_per_group(self) -> int:
+        """Query heads per KV head, ``nh / ng``."""
         return self.num_attention_heads // self.num_query_groups
+
+    @property
+    def query_width(self) -> int:
+        """``nh * d``: rows of ``q_proj``, columns of ``o_proj``."""
+        return self.num_attention_heads * self.head_dim
 
 
 class Transform(ABC):
@@ -80,14 +86,15 @@ class Transform(ABC):
 
 @dataclass(frozen=True)
 class Identity(Transform):
-    """Same tensor both ways; ``shape`` names :class:`Dims` fields, ``"q"`` standing for the
-    query width ``nh * d`` (``o_proj`` is ``[H, nh*d]``, ``down_proj`` ``[H, F]``)."""
+    """Same tensor both ways; ``shape`` names the :class:`Dims` attributes of its dimensions
+    (``o_proj``: ``("hidden_size", "query_width")`` = ``[H, nh*d]``; ``down_proj``:
+    ``("hidden_size", "ffn_hidden_size")`` = ``[H, F]``)."""
 
     shape: tuple[str, ...]
+    """:class:`Dims` attribute per dimension."""
 
     def megatron_shape(self, dims: Dims) -> Shape:
-        return tuple(dims.num_attention_heads * dims.head_dim if f == "q" else getattr(dims, f)
-                     for f in self.shape)
+        return tuple(getattr(dims, f) for f in self.shape)
 
     def hf_shapes(self, dims: Dims) -> tuple[Shape, ...]:
         return (self.megatron_shape(dims),)

@@ -37,7 +37,7 @@ def test_qkv_is_fused_per_query_group():
     (QKVFusedPerGroup(), [(8, 8), (4, 8), (4, 8)], (16, 8)),
     (GateUpConcat(), [(12, 8), (12, 8)], (24, 8)),
     (VocabPad(), [(10, 8)], (16, 8)),
-    (Identity(("hidden_size", "q")), [(8, 8)], (8, 8)),
+    (Identity(("hidden_size", "query_width")), [(8, 8)], (8, 8)),
     (Identity(("hidden_size", "ffn_hidden_size")), [(8, 12)], (8, 12)),
     (Norm(), [(8,)], (8,)),
 ])
