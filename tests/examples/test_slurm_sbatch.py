@@ -49,16 +49,13 @@ def _env(tmp_path, **extra):
         path = bin_dir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.pop("NODE_RANK", None)
-    env.pop("MASTER_ADDR", None)
-    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", STUB_DIR=str(tmp_path),
-               SLURM_JOB_ID="4242", SLURM_JOB_NAME="ep", SLURM_JOB_NODELIST="gpu-node[001-002]",
-               SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_GPUS_ON_NODE="8",
-               SLURM_SUBMIT_DIR=REPO, LOG_DIR=str(tmp_path / "logs"),
-               CHECKPOINT_IN="/ckpt/base", CHECKPOINT_OUT="/ckpt/run", TOKENIZER="/models/l3",
-               DATA_BLEND="0.8 /data/ep 0.2 /data/replay", **extra)
-    return env
+    # a clean environment: nothing of the test process (MASTER_PORT, NODE_RANK...) leaks in
+    return dict(PATH=f"{bin_dir}:{os.environ['PATH']}", STUB_DIR=str(tmp_path),
+                SLURM_JOB_ID="4242", SLURM_JOB_NAME="ep", SLURM_JOB_NODELIST="gpu-node[001-002]",
+                SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_GPUS_ON_NODE="8",
+                SLURM_SUBMIT_DIR=REPO, LOG_DIR=str(tmp_path / "logs"),
+                CHECKPOINT_IN="/ckpt/base", CHECKPOINT_OUT="/ckpt/run", TOKENIZER="/models/l3",
+                DATA_BLEND="0.8 /data/ep 0.2 /data/replay", **extra)
 
 
 def test_sbatch_header():
