@@ -1,33 +1,121 @@
 #!/usr/bin/env bash
 # EndPrompt: extend Llama-3 8B from 8K to 64K while training on 8K physical sequences.
 #
-# Run on every node (multi-node torchrun):
-#   NNODES=4 NODE_RANK=0 MASTER_ADDR=node0 GPUS_PER_NODE=8 TP=4 PP=1 CP=1 \
-#   CHECKPOINT_IN=/ckpt/llama3-8b-megatron CHECKPOINT_OUT=/ckpt/llama3-8b-endprompt-64k \
-#   DATA_PREFIX=/data/slimpajama_endprompt TOKENIZER=/models/Meta-Llama-3-8B \
-#   bash examples/pretrain_llama3_endprompt.sh
+#   [VAR=value ...] bash examples/pretrain_llama3_endprompt.sh [--dry-run] [--help] [MEGATRON FLAGS...]
 #
-# CHECKPOINT_IN comes from `tools/convert_checkpoint.py hf-to-megatron` (torch_dist format);
-# DATA_PREFIX from `tools/preprocess_endprompt.py --seq-length 8192 --target-length 65536 ...`
-# (the run refuses a sidecar built for another --seq-length / target length).
-# Extra Megatron flags can be appended: bash examples/pretrain_llama3_endprompt.sh --foo bar
+# Run it once per node (torchrun starts GPUS_PER_NODE ranks); on SLURM use
+# examples/slurm/pretrain_llama3_endprompt.sbatch, which does that with srun. `--help` lists every
+# variable; `--dry-run` prints the resolved torchrun command and exits 0.
+#
+# Restarts: `--load $CHECKPOINT_OUT --pretrained-checkpoint $CHECKPOINT_IN --save $CHECKPOINT_OUT`.
+# The first launch finds no checkpoint in CHECKPOINT_OUT and starts from the converted base
+# (weights only, iteration 0); every later launch resumes from CHECKPOINT_OUT's latest save: model,
+# optimizer, LR schedule, data position and RNG. Never pass `--load $CHECKPOINT_IN --finetune`:
+# that restarts from the base at iteration 1 on every launch.
+# Preemption: `--exit-signal-handler --exit-signal $EXIT_SIGNAL` makes Megatron save a checkpoint
+# and exit cleanly at the next iteration boundary after the signal; torchrun forwards the signal
+# to its workers (PET_SIGNALS_TO_HANDLE) and waits SHUTDOWN_TIMEOUT s for the save.
 #
 # Sizing notes
 # - Target 32K: TARGET_LENGTH=32768 PI_FACTOR=4 (s = ceil(L / L0) with L0 = 8192).
 #   Target 128K: TARGET_LENGTH=131072 PI_FACTOR=16. Preprocess with the same --target-length.
-#   The physical length stays 8192, so memory and step time do not change with L.
+#   Training memory and step time do not change with L: the physical length stays SEQ_LENGTH.
+# - CP at evaluation lengths: training at P = 8192 needs no CP (CP=1). Evaluating (or
+#   validating full-length text) at L does: attention activations grow with L. Split the sequence
+#   with CP so that L / CP stays near the trained physical length, e.g. 64K: CP=8 (8K per rank)
+#   or CP=4 (16K); 128K: CP=16 (or CP=8 with TP=8). CP needs TE attention
+#   (--transformer-impl transformer_engine), L divisible by 2*CP, and DP*TP*PP*CP = world size.
 # - Llama-2 7B (4K window, RoPE base 10000, 32 heads, no GQA, vocab 32000, FFN 11008):
 #   SEQ_LENGTH=4096 TARGET_LENGTH=32768 PI_FACTOR=8 ROPE_BASE=10000 NUM_QUERY_GROUPS=32
-#   FFN_HIDDEN=11008 VOCAB_ARGS as for a SentencePiece model (--tokenizer-type
-#   Llama2Tokenizer --tokenizer-model tokenizer.model).
+#   FFN_HIDDEN=11008 TOKENIZER_TYPE=Llama2Tokenizer TOKENIZER=/models/llama2/tokenizer.model.
 # - Mistral 7B v0.1 (8 KV heads, FFN 14336, vocab 32000, RoPE base 10000, 8K window):
 #   FFN_HIDDEN=14336 NUM_QUERY_GROUPS=8 ROPE_BASE=10000, tokenizer as Llama-2.
-# - CP>1 requires Transformer Engine (TE attention); TP>1 with --sequence-parallel is set
-#   automatically. ~1B tokens at GBS 128 x 8192 = ~950 iterations (TRAIN_ITERS).
+# - TP>1 turns on --sequence-parallel. ~1B tokens at GBS 128 x 8192 = ~950 iterations.
 set -euo pipefail
 
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
+usage() {
+  cat <<'EOF'
+Usage: [VAR=value ...] bash examples/pretrain_llama3_endprompt.sh [--dry-run] [--help] [FLAGS...]
+
+Launches `torchrun -m megatron_endprompt.training.pretrain` for Llama-3 8B, 8K -> 64K EndPrompt.
+Run once per node (examples/slurm/pretrain_llama3_endprompt.sbatch does it on SLURM). FLAGS are
+extra Megatron flags appended last (they override the script's).
+
+  --dry-run   print the resolved torchrun command (environment included) and exit 0
+  --help      this text
+
+Required
+  CHECKPOINT_IN     converted base model (tools/convert_checkpoint.py hf-to-megatron); used by
+                    the first launch only (--pretrained-checkpoint)
+  CHECKPOINT_OUT    save directory; every later launch resumes from it (--load, --save)
+  TOKENIZER         HF tokenizer directory (or a SentencePiece .model, see TOKENIZER_TYPE)
+  DATA_PREFIX       one preprocessed prefix (PREFIX.bin/.idx/.endprompt), or instead
+  DATA_BLEND        a Megatron blend "W1 PREFIX1 W2 PREFIX2 ..." e.g.
+                    "0.8 /data/ep_prefix 0.2 /data/replay_prefix" (replay = plain Megatron data)
+
+Data and model
+  REPLAY_PREFIXES   prefixes of DATA_BLEND that are plain replay data, passed as
+                    --endprompt-replay-prefixes (default: none)
+  TOKENIZER_TYPE    Megatron tokenizer type (HuggingFaceTokenizer)
+  SEQ_LENGTH        P, physical length = the model's original window L0 (8192)
+  TARGET_LENGTH     L, the window trained for; must match the sidecars (65536)
+  PI_FACTOR         s = ceil(L / L0), RoPE positions divided by s (8)
+  ROPE_BASE         RoPE base; Llama-3 keeps 500000 (500000)
+  NUM_QUERY_GROUPS  KV heads (8)            FFN_HIDDEN   FFN size (14336)
+
+Parallelism and launch (torchrun)
+  NNODES (SLURM_NNODES or 1)   NODE_RANK (SLURM_NODEID or 0)   GPUS_PER_NODE (8)
+  MASTER_ADDR (localhost)      MASTER_PORT (6000)
+  TP (4)  PP (1)  CP (1)       TP>1 adds --sequence-parallel; CP>1 needs Transformer Engine
+
+Optimisation
+  MICRO_BATCH (1)  GLOBAL_BATCH (128)  TRAIN_ITERS (950, ~1B tokens)  LR (2e-5)
+  WARMUP_ITERS (20)
+
+Checkpoints, logging, preemption
+  SAVE_INTERVAL       iterations between saves (200)
+  EVAL_INTERVAL (200)  EVAL_ITERS (8)  LOG_INTERVAL (1)
+  TENSORBOARD_DIR     TensorBoard logs ($CHECKPOINT_OUT/tensorboard)
+  WANDB_PROJECT       W&B project; unset: no W&B. WANDB_EXP_NAME (basename of CHECKPOINT_OUT)
+  EXIT_DURATION_MINS  save and exit after this many minutes (unset: no limit); set it a little
+                      under the job's time limit
+  EXIT_SIGNAL         signal on which Megatron saves and exits (SIGTERM; the sbatch uses SIGUSR1)
+  SHUTDOWN_TIMEOUT    seconds torchrun waits for workers after forwarding a signal (600)
+EOF
+}
+
+DRY_RUN=0
+EXTRA=()
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) EXTRA+=("$arg") ;;
+  esac
+done
+
+missing=()
+for var in CHECKPOINT_IN CHECKPOINT_OUT TOKENIZER; do
+  [ -n "${!var:-}" ] || missing+=("$var")
+done
+if [ -z "${DATA_PREFIX:-}" ] && [ -z "${DATA_BLEND:-}" ]; then missing+=("DATA_PREFIX or DATA_BLEND"); fi
+if [ -n "${DATA_PREFIX:-}" ] && [ -n "${DATA_BLEND:-}" ]; then
+  echo "error: set DATA_PREFIX or DATA_BLEND, not both" >&2; exit 2
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$DRY_RUN" = 1 ]; then
+    (IFS=,; echo "note: not set: ${missing[*]} (shown as <NAME>)" >&2)
+  else
+    (IFS=,; echo "error: set ${missing[*]} (see --help)" >&2); exit 2
+  fi
+fi
+CHECKPOINT_IN=${CHECKPOINT_IN:-<CHECKPOINT_IN>}
+CHECKPOINT_OUT=${CHECKPOINT_OUT:-<CHECKPOINT_OUT>}
+TOKENIZER=${TOKENIZER:-<TOKENIZER>}
+[ -n "${DATA_BLEND:-}" ] || DATA_PREFIX=${DATA_PREFIX:-<DATA_PREFIX>}
+
+NNODES=${NNODES:-${SLURM_NNODES:-1}}
+NODE_RANK=${NODE_RANK:-${SLURM_NODEID:-0}}
 MASTER_ADDR=${MASTER_ADDR:-localhost}
 MASTER_PORT=${MASTER_PORT:-6000}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
@@ -35,6 +123,7 @@ TP=${TP:-4}
 PP=${PP:-1}
 CP=${CP:-1}
 
+TOKENIZER_TYPE=${TOKENIZER_TYPE:-HuggingFaceTokenizer}
 SEQ_LENGTH=${SEQ_LENGTH:-8192}          # P: physical length = the model's original window L0
 TARGET_LENGTH=${TARGET_LENGTH:-65536}   # L
 PI_FACTOR=${PI_FACTOR:-8}               # s = ceil(L / L0)
@@ -45,14 +134,19 @@ MICRO_BATCH=${MICRO_BATCH:-1}
 GLOBAL_BATCH=${GLOBAL_BATCH:-128}
 TRAIN_ITERS=${TRAIN_ITERS:-950}         # ~1B tokens at 128 x 8192 per step
 LR=${LR:-2e-5}
+WARMUP_ITERS=${WARMUP_ITERS:-20}
+SAVE_INTERVAL=${SAVE_INTERVAL:-200}
+EVAL_INTERVAL=${EVAL_INTERVAL:-200}
+EVAL_ITERS=${EVAL_ITERS:-8}
+LOG_INTERVAL=${LOG_INTERVAL:-1}
+TENSORBOARD_DIR=${TENSORBOARD_DIR:-$CHECKPOINT_OUT/tensorboard}
+EXIT_SIGNAL=${EXIT_SIGNAL:-SIGTERM}
+SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-600}
 
-: "${CHECKPOINT_IN:?set CHECKPOINT_IN to a Megatron checkpoint converted from HF}"
-: "${CHECKPOINT_OUT:?set CHECKPOINT_OUT}"
-: "${DATA_PREFIX:?set DATA_PREFIX to the preprocessed prefix (PREFIX.bin/.idx/.endprompt)}"
-: "${TOKENIZER:?set TOKENIZER to the HF tokenizer directory}"
-
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-export CUDA_DEVICE_MAX_CONNECTIONS=1
+EXIT_SIGNAL=SIG${EXIT_SIGNAL#SIG}
+if ! kill -l "$EXIT_SIGNAL" >/dev/null 2>&1; then
+  echo "error: EXIT_SIGNAL=$EXIT_SIGNAL is not a signal name (e.g. SIGTERM, SIGUSR1)" >&2; exit 2
+fi
 
 SEQ_PARALLEL=()
 if [ "$TP" -gt 1 ]; then SEQ_PARALLEL=(--sequence-parallel); fi
@@ -64,7 +158,7 @@ MODEL_ARGS=(
   --position-embedding-type rope --rotary-base "$ROPE_BASE"
   --normalization RMSNorm --norm-epsilon 1e-5 --swiglu --disable-bias-linear
   --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0
-  --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER"
+  --tokenizer-type "$TOKENIZER_TYPE" --tokenizer-model "$TOKENIZER"
   --make-vocab-size-divisible-by 128
 )
 ENDPROMPT_ARGS=(
@@ -72,10 +166,14 @@ ENDPROMPT_ARGS=(
   --endprompt-original-length "$SEQ_LENGTH"
   --endprompt-pi-factor "$PI_FACTOR"
 )
+if [ -n "${REPLAY_PREFIXES:-}" ]; then
+  # shellcheck disable=SC2206  # word splitting intended: a list of prefixes
+  ENDPROMPT_ARGS+=(--endprompt-replay-prefixes $REPLAY_PREFIXES)
+fi
 TRAIN_ARGS=(
   --micro-batch-size "$MICRO_BATCH" --global-batch-size "$GLOBAL_BATCH"
   --train-iters "$TRAIN_ITERS"
-  --lr "$LR" --min-lr "$LR" --lr-decay-style constant --lr-warmup-iters 20
+  --lr "$LR" --min-lr "$LR" --lr-decay-style constant --lr-warmup-iters "$WARMUP_ITERS"
   --weight-decay 0.0 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
   --bf16 --calculate-per-token-loss
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
@@ -86,18 +184,51 @@ PARALLEL_ARGS=(
   --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP"
   --context-parallel-size "$CP" "${SEQ_PARALLEL[@]}"
 )
+if [ -n "${DATA_BLEND:-}" ]; then
+  # shellcheck disable=SC2206  # word splitting intended: "W1 PREFIX1 W2 PREFIX2 ..."
+  DATA_PATH=($DATA_BLEND)
+else
+  DATA_PATH=("$DATA_PREFIX")
+fi
 DATA_ARGS=(
-  --data-path "$DATA_PREFIX" --split 998,1,1 --num-workers 2
+  --data-path "${DATA_PATH[@]}" --split 998,1,1 --num-workers 2
   --data-cache-path "$CHECKPOINT_OUT/data_cache"
 )
 CKPT_ARGS=(
-  --load "$CHECKPOINT_IN" --finetune --no-load-optim --no-load-rng
-  --save "$CHECKPOINT_OUT" --save-interval 200 --ckpt-format torch_dist
-  --log-interval 1 --eval-interval 200 --eval-iters 8
+  --load "$CHECKPOINT_OUT" --pretrained-checkpoint "$CHECKPOINT_IN"
+  --save "$CHECKPOINT_OUT" --save-interval "$SAVE_INTERVAL" --ckpt-format torch_dist
+  --exit-signal-handler --exit-signal "$EXIT_SIGNAL"
+)
+if [ -n "${EXIT_DURATION_MINS:-}" ]; then CKPT_ARGS+=(--exit-duration-in-mins "$EXIT_DURATION_MINS"); fi
+LOG_ARGS=(
+  --log-interval "$LOG_INTERVAL" --log-throughput --eval-interval "$EVAL_INTERVAL"
+  --eval-iters "$EVAL_ITERS" --tensorboard-dir "$TENSORBOARD_DIR"
+  --log-timers-to-tensorboard --log-validation-ppl-to-tensorboard
+)
+if [ -n "${WANDB_PROJECT:-}" ]; then
+  LOG_ARGS+=(--wandb-project "$WANDB_PROJECT"
+             --wandb-exp-name "${WANDB_EXP_NAME:-$(basename "$CHECKPOINT_OUT")}"
+             --wandb-save-dir "$CHECKPOINT_OUT/wandb")
+fi
+
+FORWARDED=SIGTERM,SIGINT,SIGHUP,SIGQUIT   # torchrun's default: forwarded to the workers
+case ",$FORWARDED," in *",$EXIT_SIGNAL,"*) ;; *) FORWARDED+=",$EXIT_SIGNAL" ;; esac
+ENV=(
+  CUDA_DEVICE_MAX_CONNECTIONS=1
+  "PET_SIGNALS_TO_HANDLE=$FORWARDED"
+  "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=$SHUTDOWN_TIMEOUT"
+)
+CMD=(
+  torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE"
+  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"
+  -m megatron_endprompt.training.pretrain
+  "${MODEL_ARGS[@]}" "${ENDPROMPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${PARALLEL_ARGS[@]}"
+  "${DATA_ARGS[@]}" "${CKPT_ARGS[@]}" "${LOG_ARGS[@]}" "${EXTRA[@]}"
 )
 
-exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE" \
-  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-  -m megatron_endprompt.training.pretrain \
-  "${MODEL_ARGS[@]}" "${ENDPROMPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${PARALLEL_ARGS[@]}" \
-  "${DATA_ARGS[@]}" "${CKPT_ARGS[@]}" "$@"
+if [ "$DRY_RUN" = 1 ]; then
+  printf '%q ' env "${ENV[@]}" "${CMD[@]}"
+  echo
+  exit 0
+fi
+exec env "${ENV[@]}" "${CMD[@]}"

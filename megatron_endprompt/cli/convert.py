@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--hf-dir", required=True, help="HF model directory (config.json + "
                    "safetensors, sharded or not)")
     h.add_argument("--output", required=True, help="Megatron checkpoint directory to create "
-                   "(pass it to pretrain as --load DIR --finetune)")
+                   "(pass it to pretrain as --pretrained-checkpoint DIR --load SAVE_DIR)")
     h.add_argument("--tensor-parallel-size", type=int, default=1,
                    help="TP of the training run: the vocabulary is padded to a multiple of "
                         "--make-vocab-size-divisible-by x TP, as Megatron does (default 1)")
@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite, progress=not args.no_progress))
         print(f"wrote {summary['checkpoint']} ({summary['tensors']} tensors, {summary['dtype']}, "
               f"vocabulary {summary['vocab_size']} padded to {summary['padded_vocab_size']})")
-        print("train from it with: --load " + shlex.quote(summary["output"]) + " --finetune "
+        print("train from it with (restart-safe: later launches resume from SAVE_DIR): "
+              "--pretrained-checkpoint " + shlex.quote(summary["output"])
+              + " --load SAVE_DIR --save SAVE_DIR "
               + " ".join(shlex.quote(f) for f in summary["megatron_flags"]))
         return 0
     from megatron_endprompt.conversion import MegatronToHFOptions, convert_megatron_to_hf

@@ -1,10 +1,13 @@
 """Checkpoint conversion both ways: Hugging Face Llama <-> Megatron-Core ``torch_dist``.
 
+* :mod:`.transforms` — one class per tensor transform (QKV, gate/up, vocabulary pad, identity,
+  norm), each with its shapes and both directions;
 * :mod:`.mapping` — the weight mapping, declared as data (one table for both directions);
 * :mod:`.hf_config` — ``config.json`` <-> Megatron arguments (RoPE base, EndPrompt ``L``/``s``);
 * :mod:`.hf_io` — streaming safetensors reader, sharded writer with index;
 * :mod:`.megatron_ckpt` — writing/finding/reading ``torch_dist`` checkpoints on one CPU process;
-* :mod:`.tokenizer` — the exported tokenizer in HF form (SentencePiece models converted);
+* :mod:`.tokenizer` — the exported tokenizer in HF form (SentencePiece models converted, a
+  tokenizer_config.json transformers 4.x and 5.x both load);
 * :mod:`.output` — all-or-nothing output directories;
 * :mod:`.hf_to_megatron`, :mod:`.megatron_to_hf` — the two conversions.
 

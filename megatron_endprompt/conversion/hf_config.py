@@ -165,10 +165,7 @@ def megatron_args(spec: HFModelSpec, flags: list[str], *, padded_vocab_size: int
     import torch
     from megatron.training.arguments import add_megatron_arguments
 
-    from megatron_endprompt.training.args import add_endprompt_args
-
-    parser = add_endprompt_args(add_megatron_arguments(
-        argparse.ArgumentParser(allow_abbrev=False)))
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     args = parser.parse_args(flags + ["--ckpt-format", "torch_dist"])
     args.padded_vocab_size = padded_vocab_size
     args.world_size = 1
@@ -233,8 +230,9 @@ def spec_from_megatron_args(args: Any) -> HFModelSpec:
 
 def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
                    vocab_size: int | None = None) -> dict[str, Any]:
-    """The exported ``config.json``: ``max_position_embeddings = target_length``, RoPE base
-    kept, linear scaling by ``pi_factor`` in both the transformers-5 and the legacy form."""
+    """The exported ``config.json``, made by ``LlamaConfig`` / ``MistralConfig`` (which validate
+    the fields) plus the legacy fields transformers 4.x reads: ``max_position_embeddings =
+    target_length``, RoPE base kept, linear scaling by ``pi_factor`` in both forms."""
     if vocab_size is not None:
         spec = replace(spec, vocab_size=vocab_size)
     theta = spec.rope_theta
@@ -253,10 +251,9 @@ def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
     else:
         rope_parameters = {"rope_type": "default", "rope_theta": theta}
         legacy = None
-    arch = "MistralForCausalLM" if spec.model_type == "mistral" else "LlamaForCausalLM"
-    config: dict[str, Any] = {
-        "architectures": [arch],
-        "model_type": spec.model_type,
+    mistral = spec.model_type == "mistral"
+    fields: dict[str, Any] = {
+        "architectures": ["MistralForCausalLM" if mistral else "LlamaForCausalLM"],
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.ffn_hidden_size,
@@ -267,20 +264,27 @@ def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
         "hidden_act": "silu",
         "rms_norm_eps": spec.rms_norm_eps,
         "max_position_embeddings": int(target_length),
-        "rope_theta": theta,
         "rope_parameters": rope_parameters,
-        "rope_scaling": legacy,
         "tie_word_embeddings": spec.tied,
-        "attention_bias": False,
-        "mlp_bias": False,
         "attention_dropout": 0.0,
         "use_cache": True,
         "dtype": spec.dtype,
-        "torch_dtype": spec.dtype,
+        **spec.extra,
     }
-    if legacy is None:
-        del config["rope_scaling"]
-    if spec.model_type == "mistral":
+    if mistral:
+        from transformers import MistralConfig as config_class
+
+        fields["sliding_window"] = None
+    else:
+        from transformers import LlamaConfig as config_class
+
+        fields.update(attention_bias=False, mlp_bias=False)
+    config = config_class(**fields).to_diff_dict()  # transformers fills and checks the fields
+    # what transformers 4.x (and vLLM) read: top-level rope_theta, legacy rope_scaling
+    config.update(max_position_embeddings=int(target_length), rope_theta=theta,
+                  rope_parameters=rope_parameters, torch_dtype=spec.dtype, dtype=spec.dtype)
+    if legacy is not None:
+        config["rope_scaling"] = legacy
+    if mistral:
         config["sliding_window"] = None
-    config.update(spec.extra)
     return config

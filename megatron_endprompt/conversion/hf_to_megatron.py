@@ -1,5 +1,6 @@
-"""HF Llama directory -> Megatron-Core ``torch_dist`` checkpoint that ``pretrain --load DIR
---finetune`` (or ``--pretrained-checkpoint DIR``) accepts at any TP/PP.
+"""HF Llama directory -> Megatron-Core ``torch_dist`` checkpoint that ``pretrain
+--pretrained-checkpoint DIR --load SAVE_DIR`` (restart-safe: the first launch starts from DIR,
+later ones resume from SAVE_DIR) or ``--load DIR --finetune`` accepts at any TP/PP.
 
 Steps: validate the config and every tensor's presence and shape *before* writing anything;
 build a TP=PP=1 ``GPTModel`` on the CPU in the weights' dtype (uninitialised, so building costs
@@ -29,7 +30,7 @@ from megatron_endprompt.conversion.hf_config import (
     read_hf_config,
 )
 from megatron_endprompt.conversion.hf_io import HFCheckpointReader
-from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, expand, to_megatron
+from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, expand
 from megatron_endprompt.conversion.megatron_ckpt import (
     build_gpt_model,
     padded_vocab_size,
@@ -85,7 +86,7 @@ def check_hf_tensors(reader: HFCheckpointReader, dims: Dims, hf_dir: str) -> tor
     dtypes = set()
     names = set(reader.names())
     for mapping, layer in expand(LLAMA_MAPPINGS, dims):
-        for name, want in zip(mapping.hf_names(layer=layer), dims.hf_shapes(mapping)):
+        for name, want in zip(mapping.hf_names(layer=layer), mapping.hf_shapes(dims)):
             if name not in names:
                 raise UserError(f"{hf_dir}: tensor {name} is missing (partial or non-Llama "
                                 "checkpoint)")
@@ -131,7 +132,7 @@ def convert_hf_to_megatron(opts: HFToMegatronOptions) -> dict[str, Any]:
             name = mapping.megatron_name(layer=layer)
             hf = [reader.get(n) for n in mapping.hf_names(layer=layer)]
             with torch.no_grad():
-                params[name].copy_(to_megatron(mapping, hf, dims))
+                params[name].copy_(mapping.to_megatron(hf, dims))
             filled.add(name)
             del hf
         if filled != expected:  # the mapping must cover the model exactly

@@ -25,13 +25,7 @@ from typing import Any
 
 from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
 from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
-from megatron_endprompt.conversion.mapping import (
-    LLAMA_MAPPINGS,
-    Dims,
-    expand,
-    megatron_shape,
-    to_hf,
-)
+from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, expand
 from megatron_endprompt.conversion.megatron_ckpt import (
     find_checkpoint,
     load_common_state,
@@ -132,7 +126,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             if tokenizer_src is not None:
                 from megatron_endprompt.conversion.tokenizer import export_tokenizer
 
-                tok = export_tokenizer(tokenizer_src, tmp)
+                tok = export_tokenizer(tokenizer_src, tmp, model_max_length=L)
                 tokenizer_len = len(tok)
                 token_ids = {f"{r}_token_id": getattr(tok, f"{r}_token_id", None)
                              for r in ("bos", "eos", "pad")}
@@ -150,7 +144,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             work = list(expand(LLAMA_MAPPINGS, dims))
             for mapping, layer in work:  # validate everything before reading tensors
                 key = mapping.checkpoint_key()
-                want = megatron_shape(mapping, dims)
+                want = mapping.megatron_shape(dims)
                 if mapping.per_layer:
                     want = (dims.num_layers, *want)
                 if key not in meta:
@@ -167,7 +161,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
                 tensor = read_tensor(ckpt, key, meta[key])
                 for layer in (range(dims.num_layers) if mapping.per_layer else [None]):
                     part = tensor if layer is None else tensor[layer]
-                    writer.add_all(zip(mapping.hf_names(layer=layer), to_hf(mapping, part, dims)))
+                    writer.add_all(zip(mapping.hf_names(layer=layer), mapping.to_hf(part, dims)))
                     bar.update()
                 del tensor
             bar.close()

@@ -9,16 +9,30 @@ the model type and normaliser settings from the model's protobuf (read with a 30
 reader), BPE merges derived from the vocabulary (a merge ``(l, r)`` exists when ``l``, ``r`` and
 ``l + r`` are pieces; ranked by the merged piece's id, which is SentencePiece's BPE merge order).
 Token ids agree with SentencePiece's ``encode`` (tested on the demo corpus).
+
+The written ``tokenizer_config.json`` is portable (:func:`portable_tokenizer_config`): transformers
+5 saves ``tokenizer_class: "TokenizersBackend"``, which 4.x cannot import, plus how the source was
+loaded (``is_local``, ``local_files_only``); the export names ``PreTrainedTokenizerFast`` (read
+from ``tokenizer.json`` by transformers 4.x and 5.x alike), drops loader keys and sets
+``model_max_length`` to the extended window ``L``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["export_tokenizer", "sentencepiece_to_hf"]
+__all__ = ["LOADER_KEYS", "export_tokenizer", "portable_tokenizer_config", "sentencepiece_to_hf"]
+
+#: ``tokenizer_config.json`` keys that record how a tokenizer was *loaded* (or transformers-5
+#: internals), not what it is; a loader given them back misbehaves (``local_files_only`` on a hub
+#: upload), so they are not exported.
+LOADER_KEYS = ("is_local", "local_files_only", "_commit_hash", "name_or_path", "_from_auto",
+               "cache_dir", "revision", "token", "use_auth_token", "trust_remote_code",
+               "force_download", "subfolder", "backend")
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -128,9 +142,28 @@ def sentencepiece_to_hf(model_path: str) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, **named)
 
 
-def export_tokenizer(source: str, out_dir: str) -> Any:
-    """Write the tokenizer at ``source`` into ``out_dir`` in HF form; returns it (``len()`` is
-    the number of ids, added tokens included)."""
+def portable_tokenizer_config(config: dict[str, Any], *, model_max_length: int | None
+                              ) -> dict[str, Any]:
+    """``tokenizer_config.json`` that transformers 4.45-4.57 and 5.x load the same way:
+    class ``PreTrainedTokenizerFast`` (the tokenizer is in ``tokenizer.json``), no
+    :data:`LOADER_KEYS`, ``extra_special_tokens`` as a list stored under 4.x's
+    ``additional_special_tokens`` (4.x expects a dict there), ``model_max_length`` set."""
+    out = {k: v for k, v in config.items() if k not in LOADER_KEYS}
+    out["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = out.get("extra_special_tokens")
+    if isinstance(extra, list):
+        del out["extra_special_tokens"]
+        if extra:
+            out["additional_special_tokens"] = extra
+    if model_max_length is not None:
+        out["model_max_length"] = int(model_max_length)
+    return out
+
+
+def export_tokenizer(source: str, out_dir: str, *, model_max_length: int | None = None) -> Any:
+    """Write the tokenizer at ``source`` into ``out_dir`` in HF form, with a portable
+    ``tokenizer_config.json`` (``model_max_length``: the exported window ``L``); returns it
+    (``len()`` is the number of ids, added tokens included)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if os.path.isdir(source):
@@ -146,23 +179,16 @@ def export_tokenizer(source: str, out_dir: str) -> Any:
     else:
         raise UserError(f"--tokenizer {source}: no such file or directory")
     tok.save_pretrained(out_dir)
-    _portable_tokenizer_config(out_dir)
-    return tok
-
-
-def _portable_tokenizer_config(out_dir: str) -> None:
-    """transformers 5 writes ``"tokenizer_class": "TokenizersBackend"``, which transformers 4.x
-    cannot load; name the class both read (``PreTrainedTokenizerFast``, what Meta ships for
-    Llama-3) and drop 5.x's load-time keys."""
-    import json
-
+    if not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
+        raise UserError(f"--tokenizer {source}: no fast tokenizer (tokenizer.json) could be "
+                        "made from it; pass an HF tokenizer directory with tokenizer.json")
     path = os.path.join(out_dir, "tokenizer_config.json")
     with open(path, encoding="utf-8") as f:
-        config = json.load(f)
-    if config.get("tokenizer_class") != "TokenizersBackend":
-        return
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    for key in ("backend", "is_local", "local_files_only"):
-        config.pop(key, None)
+        config = portable_tokenizer_config(json.load(f), model_max_length=model_max_length)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    if model_max_length is not None:
+        tok.model_max_length = int(model_max_length)
+    return tok
+

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
+    from megatron_endprompt.training.cli_args import cli_args_provider
     from megatron_endprompt.training.args import (
         add_endprompt_args,
         check_sidecars,
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     sys.argv = [sys.argv[0], *argv]
-    args = parse_and_validate_args(extra_args_provider=add_endprompt_args)
+    args = parse_and_validate_args(extra_args_provider=cli_args_provider(add_endprompt_args))
     try:
         resolve_endprompt_args(args)
         layouts = check_sidecars(args)

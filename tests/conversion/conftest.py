@@ -57,3 +57,11 @@ def megatron_forward():
     return run
 
 
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer(spm_corpus, tmp_path_factory) -> str:
+    """Directory of a Llama-3-like HF tokenizer (see ``make_llama3_tokenizer``)."""
+    from conversion_helpers import make_llama3_tokenizer
+
+    return make_llama3_tokenizer(str(tmp_path_factory.mktemp("llama3_tok")), spm_corpus.texts)

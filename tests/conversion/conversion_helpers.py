@@ -69,3 +69,31 @@ def hf_model(hf_dir: str, **config_overrides):
 def read_config(hf_dir: str) -> dict:
     with open(os.path.join(hf_dir, "config.json")) as f:
         return json.load(f)
+
+
+LLAMA3_SPECIAL = ("<|begin_of_text|>", "<|end_of_text|>")
+
+
+def make_llama3_tokenizer(out_dir: str, texts: list[str]) -> str:
+    """A Llama-3-like HF tokenizer built offline with ``tokenizers``: byte-level BPE,
+    ``<|begin_of_text|>`` (added before every encoded text, as Llama-3's post-processor does)
+    and ``<|end_of_text|>`` as special tokens, saved by the installed transformers (5.x writes
+    ``tokenizer_class: TokenizersBackend``), ``model_max_length`` 8192 as Llama-3's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(LLAMA3_SPECIAL),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    bos = LLAMA3_SPECIAL[0]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+        special_tokens=[(bos, tok.token_to_id(bos))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos,
+                                   eos_token=LLAMA3_SPECIAL[1], model_max_length=8192)
+    fast.save_pretrained(out_dir)
+    return out_dir

@@ -9,7 +9,6 @@ import os
 import pytest
 import torch
 from conversion_helpers import (
-    HEADS,
     KV_HEADS,
     THETA,
     VOCAB,
@@ -27,23 +26,6 @@ def _batch():
     ids = torch.randint(0, VOCAB, (2, SEQ), generator=gen)
     pos = torch.cat((endprompt_positions(SEQ, 40, L), endprompt_positions(SEQ, 20, L - 100)))
     return ids, pos
-
-
-def test_mapping_qkv_order_per_query_group():
-    """Megatron's fused QKV is ``[q heads of group g, k_g, v_g]`` for each group g."""
-    from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, to_hf, to_megatron
-
-    d = 2
-    dims = Dims(num_layers=1, hidden_size=1, ffn_hidden_size=1, num_attention_heads=HEADS,
-                num_query_groups=KV_HEADS, head_dim=d, vocab_size=1, padded_vocab_size=1)
-    qkv = next(m for m in LLAMA_MAPPINGS if m.transform.value == "qkv")
-    q = torch.arange(HEADS * d, dtype=torch.float32)[:, None]          # head h -> 2h, 2h+1
-    k = 100 + torch.arange(KV_HEADS * d, dtype=torch.float32)[:, None]
-    v = 200 + torch.arange(KV_HEADS * d, dtype=torch.float32)[:, None]
-    fused = to_megatron(qkv, (q, k, v), dims)[:, 0].tolist()
-    assert fused == [0, 1, 2, 3, 100, 101, 200, 201, 4, 5, 6, 7, 102, 103, 202, 203]
-    back = to_hf(qkv, to_megatron(qkv, (q, k, v), dims), dims)
-    assert all(torch.equal(a, b) for a, b in zip(back, (q, k, v)))
 
 
 def test_logits_match_hf_with_endprompt_positions(tiny_hf, converted, megatron_forward):
@@ -144,6 +126,10 @@ def test_spm_tokenizer_is_converted(spm_corpus, converted, tmp_path, run_tool):
     for text in spm_corpus.texts[:20] + ["Hello  world, ünïcødé!"]:
         assert tok.encode(text, add_special_tokens=False) == sp.encode(text)
     assert read_config(str(out))["vocab_size"] == VOCAB  # recorded HF vocab wins
+    with open(out / "tokenizer_config.json") as f:
+        tok_cfg = json.load(f)
+    assert tok_cfg["tokenizer_class"] == "PreTrainedTokenizerFast"  # transformers 4.x loads it
+    assert tok_cfg["model_max_length"] == WINDOW  # no EndPrompt run recorded: L = L0
 
 
 @pytest.mark.parametrize("te_spec", [False, True])
