@@ -17,7 +17,7 @@ Shapes (``D`` = rotary dim, ``kv_channels * rotary_percent``):
   fused RoPE accepts;
 * rows differ -> ``[S, B, 1, D]``; Megatron's unfused ``apply_rotary_pos_emb`` broadcasts it
   against q/k ``[S, B, H, D]`` (the fused path is redirected there, see
-  :func:`megatron_endprompt.compat.install_batched_freqs_fallback`).
+  :mod:`megatron_endprompt.runtime.rope`, installed by ``runtime.install()``).
 
 Context parallelism: the ``position_ids`` given are this CP rank's zig-zag slice (the data path
 slices them exactly like the tokens), so the result is used as is. Stock ``forward`` slices the

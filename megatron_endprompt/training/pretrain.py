@@ -2,7 +2,8 @@
 
     torchrun ... -m megatron_endprompt.training.pretrain <Megatron flags> --endprompt-target-length L
 
-Flow: (no GPU -> install the CPU runtime layer) -> ``parse_and_validate_args`` with our
+Flow: ``runtime.install()`` (wheel fixes always, the CPU layer without a GPU) ->
+``parse_and_validate_args`` with our
 ``--endprompt-*`` flags -> check every data prefix's sidecar against them -> config container
 -> ``megatron.training.pretrain`` with our dataset provider, model provider and forward step.
 """
@@ -35,12 +36,15 @@ def main(argv: list[str] | None = None) -> None:
     quiet_megatron_import_noise()
     import torch
 
+    from megatron_endprompt import runtime
     from megatron_endprompt.errors import UserError
-    from megatron_endprompt.runtime import install_cpu_runtime
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    on_cpu = install_cpu_runtime()
-    if on_cpu:
+    try:
+        layers = runtime.install()
+    except RuntimeError as exc:  # version gate or a changed patched function: one line
+        raise SystemExit(f"error: {exc}") from None
+    if layers["cpu"]:
         argv = _with_cpu_flags(argv)
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 
