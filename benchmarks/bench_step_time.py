@@ -23,7 +23,7 @@ Part 1 -- RoPE overhead at the same physical length ``P`` (target <= 1.02x).
     every row with the same EndPrompt layout -- context ``0..a-1`` then terminal ``L-b..L-1``
     with ``a + b = P``, ``L = ratio * P`` -> freqs ``[S, 1, 1, D]``. ``mixed``: the same model,
     each row its own random ``a`` -> freqs ``[S, B, 1, D]`` (needs ``--micro-batch >= 2``; on
-    CUDA it takes Megatron's unfused RoPE kernel, see ``compat.install_batched_freqs_fallback``).
+    CUDA it takes Megatron's unfused RoPE kernel, see ``megatron_endprompt.runtime.rope``).
     ``stock_copy`` (A/A control, ``--no-aa-control`` drops it): a second stock instance with the
     same weights and batch -- its ratio to ``stock`` is the noise floor of the measurement.
     After ``--warmup`` untimed steps of each, ``--iters`` rounds run each variant once, in an

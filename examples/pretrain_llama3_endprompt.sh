@@ -35,7 +35,8 @@ TP=${TP:-4}
 PP=${PP:-1}
 CP=${CP:-1}
 
-SEQ_LENGTH=${SEQ_LENGTH:-8192}          # P: physical length = the model's original window L0
+SEQ_LENGTH=${SEQ_LENGTH:-8192}          # P: physical length (may be below L0, e.g. 4096)
+ORIGINAL_LENGTH=${ORIGINAL_LENGTH:-8192} # L0: the model's original window (Llama-3: 8192)
 TARGET_LENGTH=${TARGET_LENGTH:-65536}   # L
 PI_FACTOR=${PI_FACTOR:-8}               # s = ceil(L / L0)
 ROPE_BASE=${ROPE_BASE:-500000}          # Llama-3: keep 500000 (losing it breaks the model)
@@ -60,7 +61,7 @@ if [ "$TP" -gt 1 ]; then SEQ_PARALLEL=(--sequence-parallel); fi
 MODEL_ARGS=(
   --num-layers 32 --hidden-size 4096 --ffn-hidden-size "$FFN_HIDDEN"
   --num-attention-heads 32 --group-query-attention --num-query-groups "$NUM_QUERY_GROUPS"
-  --seq-length "$SEQ_LENGTH" --max-position-embeddings "$SEQ_LENGTH"
+  --seq-length "$SEQ_LENGTH" --max-position-embeddings "$ORIGINAL_LENGTH"
   --position-embedding-type rope --rotary-base "$ROPE_BASE"
   --normalization RMSNorm --norm-epsilon 1e-5 --swiglu --disable-bias-linear
   --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0
@@ -69,7 +70,7 @@ MODEL_ARGS=(
 )
 ENDPROMPT_ARGS=(
   --endprompt-target-length "$TARGET_LENGTH"
-  --endprompt-original-length "$SEQ_LENGTH"
+  --endprompt-original-length "$ORIGINAL_LENGTH"
   --endprompt-pi-factor "$PI_FACTOR"
 )
 TRAIN_ARGS=(

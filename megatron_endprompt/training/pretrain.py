@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from megatron_endprompt.training.args import (
         add_endprompt_args,
         check_sidecars,
+        loaded_checkpoint_args,
         resolve_endprompt_args,
     )
     from megatron_endprompt.training.providers import (
@@ -67,15 +68,14 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *argv]
     args = parse_and_validate_args(extra_args_provider=add_endprompt_args)
     try:
-        resolve_endprompt_args(args)
+        window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
         layouts = check_sidecars(args)
     except UserError as exc:
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"EndPrompt: L={args.endprompt_target_length} L0={args.endprompt_original_length} "
-              f"s={args.endprompt_pi_factor:g}; {len(layouts)} EndPrompt prefix(es)", flush=True)
+        print(f"EndPrompt: {window.banner()}; {len(layouts)} EndPrompt prefix(es)", flush=True)
     if not args.calculate_per_token_loss:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")

@@ -140,8 +140,8 @@ def test_pi_factor_resolution() -> None:
     assert resolve_pi_factor(8, 8.0) == 8.0
     with pytest.raises(ValueError, match="disagrees"):
         resolve_pi_factor(8.0, 4.0)
-    with pytest.raises(ValueError, match="> 0"):
-        resolve_pi_factor(0.0, None)
+    with pytest.raises(ValueError, match=">= 1"):
+        resolve_pi_factor(0.5, None)
     assert ours(pi_factor=1.0).seq_len_interpolation_factor is None
     assert ours(pi_factor=3.0).seq_len_interpolation_factor == 3.0
 
