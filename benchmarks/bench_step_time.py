@@ -120,6 +120,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-aa-control", dest="aa_control", action="store_false",
                    help="skip the A/A control (a second stock instance timed like the others)")
     p.add_argument("--skip-long", action="store_true", help="skip part 2 (the L run)")
+    p.add_argument("--recompute", action="store_true",
+                   help="full activation recompute of every layer (both P and L), so a ~1B "
+                        "model's full-length step at L=65536 fits one GPU")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", default=os.path.join(HERE, "out", "step_time.json"))
     args = p.parse_args(argv)
@@ -127,6 +130,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device = "cuda" if torch.cuda.is_available() and te_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but torch.cuda.is_available() is False")
+    if args.recompute and args.device != "cuda":
+        p.error("--recompute needs CUDA (Megatron's checkpointing saves CUDA RNG states)")
     if args.device == "cuda" and not te_available():
         p.error("--device cuda needs Transformer Engine (the TE layer spec)")
     args.heads = args.heads or max(1, args.hidden // 64)

@@ -78,6 +78,8 @@ def model_config(args: argparse.Namespace):
         masked_softmax_fusion=False,  # TE attention does its own softmax
         persist_layer_norm=False,
         gradient_accumulation_fusion=False,  # needs DDP's main_grad buffers
+        **(dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+           if getattr(args, "recompute", False) else {}),
     )
 
 
