@@ -27,10 +27,12 @@ mkdir -p "$OUTDIR"
 
 if [ "${1:-}" = "--fetch-wheels" ]; then
   # Wheels for an x86-64 Python 3.12 GPU machine without megatron-core; carry .whl with the run.
-  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+  EXCLUDE=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$EXCLUDE")"
+  grep -qx '/.whl/' "$EXCLUDE" 2>/dev/null || echo '/.whl/' >> "$EXCLUDE"
   "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
-      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "${WHEEL_DIR:-.whl}" \
       megatron-core==0.19.2 pytest==9.2.0 pluggy iniconfig packaging tqdm psutil
   exit $?
 fi
