@@ -23,7 +23,7 @@ from megatron_endprompt.runtime.ledger import Ledger, PatchedFunctionChanged, fi
 from megatron_endprompt.runtime.scoped import cpu_checkpoint_io, cpu_forward
 from megatron_endprompt.runtime.versions import check_megatron_version
 
-__all__ = ["CPU_ARGS", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
+__all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
            "cpu_forward", "fingerprint", "install", "installed_layers", "patches", "uninstall"]
 
 #: Layer name -> its ledger, for the layers installed in this process.

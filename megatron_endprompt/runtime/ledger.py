@@ -109,7 +109,13 @@ class Ledger:
             original = self.check(owner, name, expected, patch=patch)
         else:
             original = getattr(owner, name, _MISSING)
-        self._entries.append(_Entry(owner, name, original, patch))
+        try:
+            own = name in vars(owner)
+        except TypeError:  # no __dict__: the attribute is the owner's own
+            own = True
+        # An attribute found on a base class (or an instance's class) is deleted again on
+        # restore rather than copied onto ``owner``, so lookups fall through exactly as before.
+        self._entries.append(_Entry(owner, name, original if own else _MISSING, patch))
         setattr(owner, name, value)
         return original
 

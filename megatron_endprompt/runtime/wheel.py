@@ -10,7 +10,6 @@ Megatron-Core 0.19.2; :data:`FINGERPRINTS` pins the functions patched.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import torch
 

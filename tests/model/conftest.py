@@ -4,7 +4,6 @@ forward."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from megatron_endprompt.launch import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -173,3 +173,25 @@ def test_unknown_megatron_version_is_refused(monkeypatch) -> None:
     with pytest.raises(RuntimeError, match="0.20.0 is not supported"):
         runtime.install(cpu=False)
     assert runtime.patches() == []
+
+
+def test_ledger_restores_inherited_and_missing_attributes() -> None:
+    from megatron_endprompt.runtime import Ledger
+
+    class Base:
+        def f(self):
+            return "base"
+
+    class Child(Base):
+        pass
+
+    obj, module_like = Base(), type("M", (), {})
+    ledger = Ledger()
+    ledger.replace(obj, "f", lambda: "patched", patch="t")
+    ledger.replace(Child, "f", lambda self: "patched", patch="t")
+    ledger.replace(module_like, "new", 1, patch="t", must_exist=False)
+    assert obj.f() == Child().f() == "patched" and module_like.new == 1
+    assert ledger.entries()[0][0] == "t" and len(ledger) == 3
+    assert ledger.restore() == 3
+    assert obj.f() == Child().f() == "base"
+    assert "f" not in vars(obj) and "f" not in vars(Child) and not hasattr(module_like, "new")
