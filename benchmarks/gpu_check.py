@@ -79,6 +79,11 @@ try:
     out["transformer_engine"] = te.__version__
 except Exception as exc:
     out["transformer_engine"] = None; out["te_error"] = repr(exc)[:300]
+try:  # Apex's kernel behind Megatron's default --gradient-accumulation-fusion
+    import fused_weight_gradient_mlp_cuda  # noqa: F401
+    out["apex_grad_accum_fusion"] = True
+except Exception:
+    out["apex_grad_accum_fusion"] = False
 if out["megatron_core"]:
     from megatron_endprompt import runtime
     out["runtime_layers"] = runtime.install()
@@ -272,7 +277,7 @@ CPU_SMOKE = False
 SMOKE_P, SMOKE_L, SMOKE_ITERS = 128, 1024, 3
 
 
-def train_args(prefix: str, cache: str) -> list[str]:
+def train_args(prefix: str, cache: str, *, grad_accum_fusion: bool = True) -> list[str]:
     if CPU_SMOKE:
         model = [a if a not in ("512", "1536", "4") else {"512": "64", "1536": "128", "4": "2"}[a]
                  for a in TRAIN_MODEL]
@@ -282,6 +287,8 @@ def train_args(prefix: str, cache: str) -> list[str]:
     else:
         model, target, iters = TRAIN_MODEL, TRAIN_L, TRAIN_ITERS
         precision = ["--bf16", "--transformer-impl", "transformer_engine"]
+        if not grad_accum_fusion:  # pip TE without Apex: Megatron's output layer would refuse
+            precision.append("--no-gradient-accumulation-fusion")
     return [*model, *precision,
             "--data-path", prefix, "--split", "98,1,1", "--data-cache-path", cache,
             "--endprompt-target-length", str(target),
@@ -346,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [py, "-m", "torch.distributed.run", "--nproc_per_node", "1",
                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                "-m", "megatron_endprompt.training.pretrain",
-               *train_args(prefix, os.path.join(root, "cache"))]
+               *train_args(prefix, os.path.join(root, "cache"),
+                           grad_accum_fusion=env.get("apex_grad_accum_fusion", True))]
         if not has_te:
             run.record(name, {"status": "skipped: transformer_engine not importable",
                               "command": " ".join(cmd)})
