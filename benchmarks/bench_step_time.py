@@ -23,7 +23,7 @@ Part 1 -- RoPE overhead at the same physical length ``P`` (target <= 1.02x).
     every row with the same EndPrompt layout -- context ``0..a-1`` then terminal ``L-b..L-1``
     with ``a + b = P``, ``L = ratio * P`` -> freqs ``[S, 1, 1, D]``. ``mixed``: the same model,
     each row its own random ``a`` -> freqs ``[S, B, 1, D]`` (needs ``--micro-batch >= 2``; on
-    CUDA it takes Megatron's unfused RoPE kernel, see ``compat.install_batched_freqs_fallback``).
+    CUDA it takes Megatron's unfused RoPE kernel, see ``megatron_endprompt.runtime.rope``).
     ``stock_copy`` (A/A control, ``--no-aa-control`` drops it): a second stock instance with the
     same weights and batch -- its ratio to ``stock`` is the noise floor of the measurement.
     After ``--warmup`` untimed steps of each, ``--iters`` rounds run each variant once, in an
@@ -120,6 +120,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-aa-control", dest="aa_control", action="store_false",
                    help="skip the A/A control (a second stock instance timed like the others)")
     p.add_argument("--skip-long", action="store_true", help="skip part 2 (the L run)")
+    p.add_argument("--recompute", action="store_true",
+                   help="full activation recompute of every layer (both P and L), so a ~1B "
+                        "model's full-length step at L=65536 fits one GPU")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", default=os.path.join(HERE, "out", "step_time.json"))
     args = p.parse_args(argv)
@@ -127,6 +130,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device = "cuda" if torch.cuda.is_available() and te_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but torch.cuda.is_available() is False")
+    if args.recompute and args.device != "cuda":
+        p.error("--recompute needs CUDA (Megatron's checkpointing saves CUDA RNG states)")
     if args.device == "cuda" and not te_available():
         p.error("--device cuda needs Transformer Engine (the TE layer spec)")
     args.heads = args.heads or max(1, args.hidden // 64)

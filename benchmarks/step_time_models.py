@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from megatron_endprompt.runtime.process_group import free_port
+from megatron_endprompt.launch import free_port
 
 # -- set-up ---------------------------------------------------------------------------------
 def te_available() -> bool:
@@ -35,15 +35,19 @@ def init_parallel(device: str, seed: int) -> None:
         torch.distributed.init_process_group(backend, rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
+    from megatron_endprompt import runtime
+
     if device == "cuda":
+        runtime.install(cpu=False)  # wheel fixes + the TE fused-RoPE router for mixed layouts
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
     else:
-        # The two CUDA calls the local-spec forward makes (as tests/model/conftest.py does):
-        # stock RotaryEmbedding moves inv_freq to torch.cuda.current_device(); core attention
-        # forks the model-parallel CUDA RNG tracker (dropout is 0 here).
-        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-        tracker = tensor_parallel.get_cuda_rng_tracker()
-        tracker.fork = lambda *a, **k: contextlib.nullcontext()  # type: ignore[method-assign]
+        # The two CUDA calls the local-spec forward makes, for the rest of the process (as
+        # tests/model/conftest.py does): the runtime's scoped CPU forward, never exited.
+        _PROCESS_SCOPE.enter_context(runtime.cpu_forward())
+
+
+#: Scoped runtime patches held for the benchmark process's lifetime.
+_PROCESS_SCOPE = contextlib.ExitStack()
 
 
 def model_config(args: argparse.Namespace):
@@ -74,6 +78,8 @@ def model_config(args: argparse.Namespace):
         masked_softmax_fusion=False,  # TE attention does its own softmax
         persist_layer_norm=False,
         gradient_accumulation_fusion=False,  # needs DDP's main_grad buffers
+        **(dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+           if getattr(args, "recompute", False) else {}),
     )
 
 

@@ -26,7 +26,7 @@
 #   or CP=4 (16K); 128K: CP=16 (or CP=8 with TP=8). CP needs TE attention
 #   (--transformer-impl transformer_engine), L divisible by 2*CP, and DP*TP*PP*CP = world size.
 # - Llama-2 7B (4K window, RoPE base 10000, 32 heads, no GQA, vocab 32000, FFN 11008):
-#   SEQ_LENGTH=4096 TARGET_LENGTH=32768 PI_FACTOR=8 ROPE_BASE=10000 NUM_QUERY_GROUPS=32
+#   SEQ_LENGTH=4096 ORIGINAL_LENGTH=4096 TARGET_LENGTH=32768 PI_FACTOR=8 ROPE_BASE=10000 NUM_QUERY_GROUPS=32
 #   FFN_HIDDEN=11008 TOKENIZER_TYPE=Llama2Tokenizer TOKENIZER=/models/llama2/tokenizer.model.
 # - Mistral 7B v0.1 (8 KV heads, FFN 14336, vocab 32000, RoPE base 10000, 8K window):
 #   FFN_HIDDEN=14336 NUM_QUERY_GROUPS=8 ROPE_BASE=10000, tokenizer as Llama-2.
@@ -57,7 +57,8 @@ Data and model
   REPLAY_PREFIXES   prefixes of DATA_BLEND that are plain replay data, passed as
                     --endprompt-replay-prefixes (default: none)
   TOKENIZER_TYPE    Megatron tokenizer type (HuggingFaceTokenizer)
-  SEQ_LENGTH        P, physical length = the model's original window L0 (8192)
+  SEQ_LENGTH        P, physical length; usually L0, may be below it (8192)
+  ORIGINAL_LENGTH   L0, the model's original window (--max-position-embeddings) (8192)
   TARGET_LENGTH     L, the window trained for; must match the sidecars (65536)
   PI_FACTOR         s = ceil(L / L0), RoPE positions divided by s (8)
   ROPE_BASE         RoPE base; Llama-3 keeps 500000 (500000)
@@ -124,7 +125,8 @@ PP=${PP:-1}
 CP=${CP:-1}
 
 TOKENIZER_TYPE=${TOKENIZER_TYPE:-HuggingFaceTokenizer}
-SEQ_LENGTH=${SEQ_LENGTH:-8192}          # P: physical length = the model's original window L0
+SEQ_LENGTH=${SEQ_LENGTH:-8192}          # P: physical length (may be below L0, e.g. 4096)
+ORIGINAL_LENGTH=${ORIGINAL_LENGTH:-8192} # L0: the model's original window (Llama-3: 8192)
 TARGET_LENGTH=${TARGET_LENGTH:-65536}   # L
 PI_FACTOR=${PI_FACTOR:-8}               # s = ceil(L / L0)
 ROPE_BASE=${ROPE_BASE:-500000}          # Llama-3: keep 500000 (losing it breaks the model)
@@ -154,7 +156,7 @@ if [ "$TP" -gt 1 ]; then SEQ_PARALLEL=(--sequence-parallel); fi
 MODEL_ARGS=(
   --num-layers 32 --hidden-size 4096 --ffn-hidden-size "$FFN_HIDDEN"
   --num-attention-heads 32 --group-query-attention --num-query-groups "$NUM_QUERY_GROUPS"
-  --seq-length "$SEQ_LENGTH" --max-position-embeddings "$SEQ_LENGTH"
+  --seq-length "$SEQ_LENGTH" --max-position-embeddings "$ORIGINAL_LENGTH"
   --position-embedding-type rope --rotary-base "$ROPE_BASE"
   --normalization RMSNorm --norm-epsilon 1e-5 --swiglu --disable-bias-linear
   --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0
@@ -163,7 +165,7 @@ MODEL_ARGS=(
 )
 ENDPROMPT_ARGS=(
   --endprompt-target-length "$TARGET_LENGTH"
-  --endprompt-original-length "$SEQ_LENGTH"
+  --endprompt-original-length "$ORIGINAL_LENGTH"
   --endprompt-pi-factor "$PI_FACTOR"
 )
 if [ -n "${REPLAY_PREFIXES:-}" ]; then

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from megatron_endprompt.runtime.process_group import free_port
+from megatron_endprompt.launch import free_port
 
 #: A tiny Llama: RMSNorm, SwiGLU, RoPE, GQA, untied embeddings, no biases.
 TINY_LLAMA: list[str] = [

@@ -32,6 +32,8 @@ from typing import Literal
 
 import numpy as np
 
+from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
+
 Placement = Literal["fixed", "random"]
 PLACEMENTS: tuple[str, ...] = ("fixed", "random")
 
@@ -59,13 +61,10 @@ class LayoutConfig:
     """Loss weight of context predictions: 1 keeps ordinary LM loss, 0 trains terminals only."""
 
     def __post_init__(self) -> None:
-        if self.seq_length < 2:
-            raise ValueError(f"seq length P={self.seq_length} must be >= 2 (--seq-length)")
-        if self.target_length <= self.seq_length:
-            raise ValueError(
-                f"target length L={self.target_length} must be larger than seq length "
-                f"P={self.seq_length}; raise --target-length or lower --seq-length"
-            )
+        # P, L and the weights are validated by the one owner of the window.
+        EndPromptWindow(seq_length=self.seq_length, target_length=self.target_length,
+                        terminal_loss_weight=self.terminal_loss_weight,
+                        context_loss_weight=self.context_loss_weight, flags=PREPROCESS_FLAGS)
         if self.placement not in PLACEMENTS:
             raise ValueError(
                 f"placement {self.placement!r} unknown; use --placement {' or '.join(PLACEMENTS)}"
@@ -73,16 +72,6 @@ class LayoutConfig:
         if self.pose_chunks < 1:
             raise ValueError(
                 f"pose chunks N={self.pose_chunks} must be >= 1 (1 disables PoSE; --pose-chunks)"
-            )
-        if not self.terminal_loss_weight > 0:
-            raise ValueError(
-                f"terminal loss weight w={self.terminal_loss_weight} must be > 0 "
-                "(--terminal-loss-weight; the paper uses a small non-zero w)"
-            )
-        if not self.context_loss_weight >= 0:
-            raise ValueError(
-                f"context loss weight {self.context_loss_weight} must be >= 0 "
-                "(--context-loss-weight)"
             )
 
     @property

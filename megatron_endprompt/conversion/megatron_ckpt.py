@@ -55,10 +55,10 @@ def padded_vocab_size(vocab_size: int, *, divisible_by: int = 128,
 
 @contextlib.contextmanager
 def single_process_group() -> Iterator[None]:
-    """The runtime's single-process Megatron setup (gloo, world size 1, TP=PP=1) plus
-    :class:`~megatron_endprompt.compat.cpu_checkpoint_io` without CUDA, for the duration."""
-    from megatron_endprompt.compat import cpu_checkpoint_io
-    from megatron_endprompt.runtime.process_group import single_process_group as _single
+    """The single-process Megatron setup (gloo, world size 1, TP=PP=1) plus
+    :func:`~megatron_endprompt.runtime.cpu_checkpoint_io` without CUDA, for the duration."""
+    from megatron_endprompt.launch import single_process_group as _single
+    from megatron_endprompt.runtime import cpu_checkpoint_io
 
     with _single(), cpu_checkpoint_io():
         yield

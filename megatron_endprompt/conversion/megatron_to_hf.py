@@ -18,7 +18,6 @@ of the ``--tokenizer`` exported.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from megatron_endprompt.conversion.megatron_ckpt import (
 )
 from megatron_endprompt.conversion.output import atomic_output_dir, check_output
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.window import EXPORT_FLAGS, EndPromptWindow
 
 __all__ = ["MegatronToHFOptions", "convert_megatron_to_hf", "resolve_window"]
 
@@ -56,8 +56,8 @@ class MegatronToHFOptions:
 def resolve_window(args: Any, original_window: int, target_length: int | None,
                    pi_factor: float | None) -> tuple[int, float, int]:
     """``(L, s, L0)`` for the export: flags first, then the training run's EndPrompt args; no
-    EndPrompt at all keeps the original window with ``s = 1``. Raises :class:`UserError` when
-    ``L`` is not above ``L0`` or ``s`` is below 1."""
+    EndPrompt at all keeps the original window with ``s = 1``. Validation is
+    :class:`~megatron_endprompt.window.EndPromptWindow`'s; raises :class:`UserError`."""
     L0 = int(getattr(args, "endprompt_original_length", None) or original_window)
     L = target_length or getattr(args, "endprompt_target_length", None)
     s = pi_factor or getattr(args, "endprompt_pi_factor", None)
@@ -65,14 +65,12 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
         if s not in (None, 1.0):
             raise UserError(f"--pi-factor {s:g} needs a target length: pass --target-length L")
         return L0, 1.0, L0
-    if L <= L0:
-        raise UserError(f"--target-length {L} must be above the original context window "
-                        f"{L0} of the checkpoint")
-    if s is None:
-        s = float(math.ceil(L / L0))
-    if not s >= 1.0:
-        raise UserError(f"--pi-factor {s:g} must be >= 1")
-    return int(L), float(s), L0
+    try:
+        window = EndPromptWindow(target_length=int(L), original_length=L0, pi_factor=s,
+                                 flags=EXPORT_FLAGS)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return window.target_length, window.pi_factor, L0
 
 
 def _megatron_tokenizer_size(args: Any) -> int | None:

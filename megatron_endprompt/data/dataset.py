@@ -44,6 +44,7 @@ from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar, read_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
+from megatron_endprompt.window import EndPromptWindow
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +67,9 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.endprompt_terminal_loss_weight is not None and not self.endprompt_terminal_loss_weight > 0:
-            raise ValueError(
-                f"endprompt_terminal_loss_weight={self.endprompt_terminal_loss_weight} must be > 0"
-            )
-        if self.endprompt_context_loss_weight is not None and self.endprompt_context_loss_weight < 0:
-            raise ValueError(
-                f"endprompt_context_loss_weight={self.endprompt_context_loss_weight} must be >= 0"
-            )
+        EndPromptWindow.check_loss_weights(
+            terminal_loss_weight=self.endprompt_terminal_loss_weight,
+            context_loss_weight=self.endprompt_context_loss_weight)
 
 
 def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,

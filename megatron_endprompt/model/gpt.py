@@ -34,15 +34,22 @@ from typing import Any
 from megatron.core.models.gpt.gpt_model import GPTModel
 from torch import Tensor
 
-from megatron_endprompt.compat import (
-    GPT_PREPROCESS_ROTARY_INDEX,
-    check_megatron_rope_version,
-    install_batched_freqs_fallback,
-    stock_rope_skipped,
-)
+from megatron_endprompt.compat import GPT_PREPROCESS_ROTARY_INDEX, stock_rope_skipped
 from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
+from megatron_endprompt.runtime import check_megatron_version, installed_layers
 
 __all__ = ["EndPromptGPTModel"]
+
+
+def _require_rope_router() -> None:
+    """TE's fused RoPE takes only ``[S, 1, 1, D]``; mixed-layout micro-batches need the runtime's
+    router (:mod:`megatron_endprompt.runtime.rope`) in place before the first forward."""
+    from megatron.core.models.common.embeddings import rope_utils
+
+    if rope_utils.fused_apply_rotary_pos_emb is not None and not installed_layers()["rope"]:
+        raise RuntimeError(
+            "EndPromptGPTModel with apply_rope_fusion needs megatron_endprompt.runtime.install() "
+            "first (it routes per-row RoPE freqs around TE's fused kernel)")
 
 
 class EndPromptGPTModel(GPTModel):
@@ -54,7 +61,7 @@ class EndPromptGPTModel(GPTModel):
     """
 
     def __init__(self, *args: Any, pi_factor: float | None = None, **kwargs: Any) -> None:
-        check_megatron_rope_version()
+        check_megatron_version()
         super().__init__(*args, **kwargs)
         if self.position_embedding_type != "rope" or self.config.multi_latent_attention:
             raise ValueError(
@@ -71,7 +78,7 @@ class EndPromptGPTModel(GPTModel):
             self.rotary_pos_emb, pi_factor=pi_factor
         )
         if self.config.apply_rope_fusion:
-            install_batched_freqs_fallback()
+            _require_rope_router()
 
     @property
     def pi_factor(self) -> float:

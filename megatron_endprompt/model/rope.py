@@ -17,7 +17,7 @@ Shapes (``D`` = rotary dim, ``kv_channels * rotary_percent``):
   fused RoPE accepts;
 * rows differ -> ``[S, B, 1, D]``; Megatron's unfused ``apply_rotary_pos_emb`` broadcasts it
   against q/k ``[S, B, H, D]`` (the fused path is redirected there, see
-  :func:`megatron_endprompt.compat.install_batched_freqs_fallback`).
+  :mod:`megatron_endprompt.runtime.rope`, installed by ``runtime.install()``).
 
 Context parallelism: the ``position_ids`` given are this CP rank's zig-zag slice (the data path
 slices them exactly like the tokens), so the result is used as is. Stock ``forward`` slices the
@@ -35,28 +35,9 @@ import torch
 from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
 from torch import Tensor, nn
 
+from megatron_endprompt.window import resolve_pi_factor
+
 __all__ = ["EndPromptRotaryEmbedding", "freqs_to_emb", "resolve_pi_factor"]
-
-
-def resolve_pi_factor(pi_factor: float | None, seq_len_interpolation_factor: float | None) -> float:
-    """The position-interpolation factor ``s`` to use.
-
-    ``pi_factor`` is EndPrompt's ``s``; ``seq_len_interpolation_factor`` is Megatron's own linear
-    interpolation option (``--rotary-seq-len-interpolation-factor``), which means the same thing.
-    Either may be given; both only when equal. Neither -> 1 (no interpolation).
-    """
-    if pi_factor is not None and not pi_factor > 0:
-        raise ValueError(f"PI factor s={pi_factor} must be > 0")
-    if pi_factor is None:
-        return float(seq_len_interpolation_factor or 1.0)
-    if seq_len_interpolation_factor not in (None, 1.0) and float(
-        seq_len_interpolation_factor
-    ) != float(pi_factor):
-        raise ValueError(
-            f"PI factor s={pi_factor} disagrees with Megatron's seq_len_interpolation_factor="
-            f"{seq_len_interpolation_factor}; both mean 'divide positions by s': set one of them"
-        )
-    return float(pi_factor)
 
 
 def freqs_to_emb(freqs: Tensor, *, interleaved: bool) -> Tensor:
@@ -80,7 +61,8 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
     for ``s == 1``), so exporters reading that attribute see it.
 
     Args (keyword-only): as stock ``RotaryEmbedding``, with ``pi_factor`` in place of
-    ``seq_len_interpolation_factor`` (either may be given, see :func:`resolve_pi_factor`).
+    ``seq_len_interpolation_factor`` (either may be given, see
+    :func:`megatron_endprompt.window.resolve_pi_factor`, the one place ``s`` is resolved).
     """
 
     def __init__(

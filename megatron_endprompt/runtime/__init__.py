@@ -1,20 +1,94 @@
-"""Runtime layers that let Megatron-Core's real trainer run where it otherwise would not.
+"""The only code of megatron_endprompt that changes torch or Megatron-Core.
 
-``install_cpu_runtime()`` makes ``megatron.training.pretrain`` train on CPU (gloo) when no
-GPU is present and does nothing otherwise; ``install_wheel_fixes()`` repairs bugs of the
-Megatron-Core pip wheel that bite GPU runs too.
+One entry, :func:`install`, called once at process start (before Megatron builds anything;
+the pretrain entry does it):
+
+* the version gate (:mod:`.versions`), once;
+* the wheel fixes (:mod:`.wheel`), always — GPU runs hit the wheel's bugs too;
+* the TE fused-RoPE router for per-row freqs (:mod:`.rope`), when TE's kernel is present;
+* the CPU layer (:mod:`.cpu`), only when ``torch.cuda.is_available()`` is False.
+
+Each layer patches through a :class:`~.ledger.Ledger` (:func:`uninstall` restores every
+original) that first checks each patched Megatron function's fingerprint, so a Megatron change
+under a patch fails with one line. :func:`cpu_forward` and :func:`cpu_checkpoint_io` are
+scoped variants for in-process CPU work (conversion, unit tests).
 """
 
 from __future__ import annotations
 
-from megatron_endprompt.runtime.cpu import CPU_ARGS, install_cpu_runtime, is_installed
+import sys
+
+from megatron_endprompt.runtime.cpu import CPU_ARGS
+from megatron_endprompt.runtime.ledger import Ledger, PatchedFunctionChanged, fingerprint
+from megatron_endprompt.runtime.scoped import cpu_checkpoint_io, cpu_forward
+from megatron_endprompt.runtime.versions import check_megatron_version
+
+__all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
+           "cpu_forward", "fingerprint", "install", "installed_layers", "patches", "uninstall"]
+
+#: Layer name -> its ledger, for the layers installed in this process.
+_LAYERS: dict[str, Ledger] = {}
 
 
-def install_wheel_fixes() -> bool:
-    """Apply the Megatron-Core wheel fixes (CPU or GPU); see :mod:`.cpu_megatron`."""
-    from megatron_endprompt.runtime.cpu_megatron import install_wheel_fixes as _install
+def install(*, cpu: bool | None = None, verbose: bool = True) -> dict[str, bool]:
+    """Install the runtime once per process; later calls add only layers still missing.
 
-    return _install()
+    Args:
+        cpu: install the CPU layer; ``None`` (default) = exactly when CUDA is unavailable.
+            ``True`` forces it on a GPU machine (tests), ``False`` never installs it.
+        verbose: print one line to stderr when the CPU layer is installed.
+
+    Returns: ``{"wheel": True, "rope": bool, "cpu": bool}`` — which layers are installed now.
+
+    Raises:
+        RuntimeError: unsupported Megatron-Core version, or
+            :class:`PatchedFunctionChanged`: a patched function is not the one the patch was
+            written for. Nothing stays patched by the failing call.
+    """
+    import torch
+
+    if cpu is None:
+        cpu = not torch.cuda.is_available()
+    version = check_megatron_version()
+    from megatron_endprompt.runtime.cpu import install_cpu_layer
+    from megatron_endprompt.runtime.rope import install_rope_fallback
+    from megatron_endprompt.runtime.wheel import install_wheel_fixes
+
+    steps = [("wheel", install_wheel_fixes), ("rope", install_rope_fallback)]
+    if cpu:
+        steps.append(("cpu", install_cpu_layer))
+    for name, step in steps:
+        if name in _LAYERS:
+            continue
+        ledger = Ledger()
+        try:
+            step(ledger)
+        except BaseException:
+            ledger.restore()
+            raise
+        _LAYERS[name] = ledger
+        if name == "cpu" and verbose:
+            print(f"megatron_endprompt: no CUDA device, running Megatron-Core {version} on CPU "
+                  "(megatron_endprompt.runtime)", file=sys.stderr, flush=True)
+    return installed_layers()
 
 
-__all__ = ["CPU_ARGS", "install_cpu_runtime", "install_wheel_fixes", "is_installed"]
+def uninstall() -> int:
+    """Restore every original replaced by :func:`install` (last layer first); returns the
+    number of ledger entries undone."""
+    n = 0
+    for name in reversed(list(_LAYERS)):
+        n += _LAYERS.pop(name).restore()
+    return n
+
+
+def installed_layers() -> dict[str, bool]:
+    """``{"wheel", "rope", "cpu"}`` -> whether that layer is installed (``rope`` is True only
+    when TE's fused kernel was present to route around)."""
+    return {name: name in _LAYERS and (name != "rope" or len(_LAYERS[name]) > 0)
+            for name in ("wheel", "rope", "cpu")}
+
+
+def patches() -> list[tuple[str, str]]:
+    """``[(patch, "module.Owner.attr"), ...]`` of every replacement now in place."""
+    return [entry for ledger in _LAYERS.values() for entry in ledger.entries()]

@@ -7,8 +7,10 @@ statistics and RNG state. On a machine without a GPU each of those raises. The p
 make them land on the CPU instead, while ``torch.cuda.is_available()`` keeps returning
 ``False`` so that Megatron's own CPU branches (gloo, CPU initialisation, ...) still run.
 
-Every patch is a small named function with a docstring saying why it exists; each records
-what it replaced in :data:`PATCHED` so tests (and humans) can see what was touched.
+Every patch is a small named function with a docstring saying why it exists; each replaces
+through the runtime's :class:`~megatron_endprompt.runtime.ledger.Ledger`, so
+``runtime.uninstall()`` restores the originals. The stand-ins replace ``torch.cuda`` functions
+wholesale (nothing of the original is reused), so only their presence is checked.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-#: ``(owner, attribute name, original value)`` for every attribute a patch replaced.
-PATCHED: list[tuple[Any, str, Any]] = []
+from megatron_endprompt.runtime.ledger import Ledger
+
+_PATCH = "cpu-torch"
 
 
-def replace_attribute(owner: Any, name: str, value: Any) -> None:
-    """Set ``owner.name = value`` and remember the original in :data:`PATCHED`."""
-    PATCHED.append((owner, name, getattr(owner, name, None)))
-    setattr(owner, name, value)
+def _put(ledger: Ledger, owner: Any, name: str, value: Any) -> None:
+    """``owner.name = value`` through the ledger (attributes a torch build lacks are added)."""
+    ledger.replace(owner, name, value, patch=_PATCH, must_exist=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,12 +73,14 @@ _MODE = CudaToCpuMode()
 _ORIGINAL_THREAD_START = threading.Thread.start
 
 
-def push_device_mode_in_this_thread() -> None:
-    """Push :class:`CudaToCpuMode` for the calling thread (modes are thread-local)."""
+def push_device_mode_in_this_thread(ledger: Ledger) -> None:
+    """Push :class:`CudaToCpuMode` for the calling thread (modes are thread-local); popped
+    again by ``ledger.restore()``."""
     _MODE.__enter__()
+    ledger.on_restore(lambda: _MODE.__exit__(None, None, None), patch=_PATCH)
 
 
-def patch_thread_start() -> None:
+def patch_thread_start(ledger: Ledger) -> None:
     """Push the device mode in every new thread too.
 
     Torch function modes live on a per-thread stack, so Megatron's helper threads (async
@@ -93,20 +97,20 @@ def patch_thread_start() -> None:
         self.run = run_with_cpu_mode  # instance attribute shadows the class's run
         _ORIGINAL_THREAD_START(self)
 
-    replace_attribute(threading.Thread, "start", start)
+    _put(ledger, threading.Thread, "start", start)
 
 
-def patch_tensor_cuda() -> None:
+def patch_tensor_cuda(ledger: Ledger) -> None:
     """``Tensor.cuda()`` / ``Module.cuda()`` return the CPU tensor unchanged (identity)."""
 
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         return self
 
-    replace_attribute(torch.Tensor, "cuda", cuda)
+    _put(ledger, torch.Tensor, "cuda", cuda)
 
 
-def patch_tensor_type() -> None:
+def patch_tensor_type(ledger: Ledger) -> None:
     """``Tensor.type()`` reports ``torch.cuda.*`` names to Megatron callers.
 
     Megatron's optimizers and ``clip_grads`` decide what a parameter is by comparing
@@ -127,7 +131,7 @@ def patch_tensor_type() -> None:
             dtype = "torch." + dtype[len("torch.cuda."):]
         return original(self, dtype, non_blocking, **kwargs)
 
-    replace_attribute(torch.Tensor, "type", type_)
+    _put(ledger, torch.Tensor, "type", type_)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,7 +247,7 @@ def _device_context(device: Any = None) -> nullcontext:
 _STANDIN_STREAM = _DummyStream()
 
 
-def patch_torch_cuda() -> None:
+def patch_torch_cuda(ledger: Ledger) -> None:
     """Install ``torch.cuda`` stand-ins that behave like one idle, synchronous device.
 
     ``device_count()`` is 1 (Megatron skips model-parallel init and CUDA seeding at 0),
@@ -255,29 +259,29 @@ def patch_torch_cuda() -> None:
     for name in ("set_device", "synchronize", "empty_cache", "reset_peak_memory_stats",
                  "reset_max_memory_allocated", "reset_max_memory_cached", "ipc_collect",
                  "set_stream", "_sleep"):
-        replace_attribute(c, name, _noop(name))
+        _put(ledger, c, name, _noop(name))
     for name in ("memory_allocated", "max_memory_allocated", "memory_reserved",
                  "max_memory_reserved", "device_memory_used", "utilization", "temperature",
                  "power_draw", "clock_rate"):
-        replace_attribute(c, name, _const(name, 0))
-    replace_attribute(c, "device_count", _const("device_count", 1))
-    replace_attribute(c, "current_device", _const("current_device", 0))
-    replace_attribute(c, "is_current_stream_capturing", _const("is_current_stream_capturing", False))
-    replace_attribute(c, "memory_stats", _named("memory_stats", lambda *a, **k: {}))
-    replace_attribute(c, "mem_get_info", _const("mem_get_info", (0, 0)))
-    replace_attribute(c, "get_device_capability", _const("get_device_capability", (9, 0)))
-    replace_attribute(c, "get_device_name", _const("get_device_name", _DeviceProperties.name))
-    replace_attribute(c, "get_device_properties", _const("get_device_properties", _DeviceProperties()))
-    replace_attribute(c, "Stream", _DummyStream)
-    replace_attribute(c, "ExternalStream", _DummyStream)
-    replace_attribute(c, "Event", _DummyEvent)
-    replace_attribute(c, "current_stream", _const("current_stream", _STANDIN_STREAM))
-    replace_attribute(c, "default_stream", _const("default_stream", _STANDIN_STREAM))
-    replace_attribute(c, "stream", _stream_context)
-    replace_attribute(c, "device", _device_context)
+        _put(ledger, c, name, _const(name, 0))
+    _put(ledger, c, "device_count", _const("device_count", 1))
+    _put(ledger, c, "current_device", _const("current_device", 0))
+    _put(ledger, c, "is_current_stream_capturing", _const("is_current_stream_capturing", False))
+    _put(ledger, c, "memory_stats", _named("memory_stats", lambda *a, **k: {}))
+    _put(ledger, c, "mem_get_info", _const("mem_get_info", (0, 0)))
+    _put(ledger, c, "get_device_capability", _const("get_device_capability", (9, 0)))
+    _put(ledger, c, "get_device_name", _const("get_device_name", _DeviceProperties.name))
+    _put(ledger, c, "get_device_properties", _const("get_device_properties", _DeviceProperties()))
+    _put(ledger, c, "Stream", _DummyStream)
+    _put(ledger, c, "ExternalStream", _DummyStream)
+    _put(ledger, c, "Event", _DummyEvent)
+    _put(ledger, c, "current_stream", _const("current_stream", _STANDIN_STREAM))
+    _put(ledger, c, "default_stream", _const("default_stream", _STANDIN_STREAM))
+    _put(ledger, c, "stream", _stream_context)
+    _put(ledger, c, "device", _device_context)
 
 
-def patch_cuda_rng() -> None:
+def patch_cuda_rng(ledger: Ledger) -> None:
     """Route the CUDA RNG calls to the CPU default generator.
 
     Megatron's RNG tracker stores and swaps "CUDA" RNG states around dropout in
@@ -314,16 +318,16 @@ def patch_cuda_rng() -> None:
     for fn in (get_rng_state, set_rng_state, get_rng_state_all, set_rng_state_all,
                manual_seed, manual_seed_all, initial_seed):
         fn.__doc__ = f"CPU stand-in for torch.cuda.{fn.__name__}: uses the CPU generator."
-        replace_attribute(c, fn.__name__, fn)
+        _put(ledger, c, fn.__name__, fn)
         if hasattr(c.random, fn.__name__):
-            replace_attribute(c.random, fn.__name__, fn)
+            _put(ledger, c.random, fn.__name__, fn)
 
 
-def install_torch_patches() -> None:
+def install_torch_patches(ledger: Ledger) -> None:
     """Apply every torch-level patch and push the device mode in the calling thread."""
-    patch_tensor_cuda()
-    patch_tensor_type()
-    patch_torch_cuda()
-    patch_cuda_rng()
-    patch_thread_start()
-    push_device_mode_in_this_thread()
+    patch_tensor_cuda(ledger)
+    patch_tensor_type(ledger)
+    patch_torch_cuda(ledger)
+    patch_cuda_rng(ledger)
+    patch_thread_start(ledger)
+    push_device_mode_in_this_thread(ledger)

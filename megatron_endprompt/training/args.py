@@ -1,8 +1,9 @@
 """``--endprompt-*`` flags (Megatron ``extra_args_provider``) and their start-up checks.
 
-The PI factor ``s`` defaults to ``ceil(L / L0)``; ``L0`` (the model's original window)
-defaults to ``--seq-length``, the usual case of training at the original window ``P = L0``.
-At start-up every ``--data-path`` / ``--{train,valid,test}-data-path`` prefix with a sidecar is
+The window (``L``, ``L0``, ``s``, weight overrides) is resolved by
+:class:`~megatron_endprompt.window.EndPromptWindow`: ``L0`` defaults to the model's original window
+— the loaded checkpoint's ``max_position_embeddings`` when there is a checkpoint, else
+``--max-position-embeddings`` — and ``s`` to ``ceil(L / L0)``. At start-up every ``--data-path`` / ``--{train,valid,test}-data-path`` prefix with a sidecar is
 checked against these flags, so a run never silently trains on a layout built for another
 target length.
 """
@@ -10,9 +11,10 @@ target length.
 from __future__ import annotations
 
 import argparse
-import math
+import os
+from typing import Any
 
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.window import EndPromptWindow
 
 
 def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -21,7 +23,8 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     g.add_argument("--endprompt-target-length", type=int, default=None,
                    help="L: the context window being trained for (must match the sidecars)")
     g.add_argument("--endprompt-original-length", type=int, default=None,
-                   help="L0: the model's original window (default: --seq-length)")
+                   help="L0: the model's original window (default: the loaded checkpoint's "
+                   "max_position_embeddings, else --max-position-embeddings)")
     g.add_argument("--endprompt-pi-factor", type=float, default=None,
                    help="s: RoPE positions are divided by s (default: ceil(L / L0))")
     g.add_argument("--endprompt-terminal-loss-weight", type=float, default=None,
@@ -35,37 +38,51 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return parser
 
 
-def resolve_endprompt_args(args: argparse.Namespace) -> None:
-    """Fill defaults (``s``) and validate; raises :class:`UserError` naming the flag."""
-    L = args.endprompt_target_length
-    if L is None:
-        raise UserError("--endprompt-target-length L is required (the window to train for)")
-    L0 = args.endprompt_original_length or args.seq_length
-    if L <= args.seq_length:
-        raise UserError(f"--endprompt-target-length {L} must exceed --seq-length "
-                        f"{args.seq_length}")
-    if L <= L0:
-        raise UserError(f"--endprompt-target-length {L} must exceed the original window "
-                        f"--endprompt-original-length {L0}")
-    megatron_s = getattr(args, "rotary_seq_len_interpolation_factor", None)
-    if args.endprompt_pi_factor is None:
-        args.endprompt_pi_factor = float(megatron_s or math.ceil(L / L0))
-    elif megatron_s is not None and float(megatron_s) != args.endprompt_pi_factor:
-        raise UserError(
-            f"--endprompt-pi-factor {args.endprompt_pi_factor:g} disagrees with "
-            f"--rotary-seq-len-interpolation-factor {megatron_s}; both divide positions by s: "
-            "set one of them")
-    if not args.endprompt_pi_factor >= 1.0:
-        raise UserError(f"--endprompt-pi-factor {args.endprompt_pi_factor} must be >= 1")
-    args.endprompt_original_length = L0
-    w = args.endprompt_terminal_loss_weight
-    if w is not None and not w > 0:
-        raise UserError(f"--endprompt-terminal-loss-weight {w} must be > 0")
-    cw = args.endprompt_context_loss_weight
-    if cw is not None and cw < 0:
-        raise UserError(f"--endprompt-context-loss-weight {cw} must be >= 0")
-    if getattr(args, "position_embedding_type", "rope") != "rope":
-        raise UserError("EndPrompt needs --position-embedding-type rope")
+def resolve_endprompt_args(args: argparse.Namespace,
+                           checkpoint_args: Any = None) -> EndPromptWindow:
+    """Resolve the window (:meth:`EndPromptWindow.from_megatron_args`; raises
+    :class:`~megatron_endprompt.errors.UserError` naming the flag) and write the resolved ``L0``
+    and ``s`` back into ``args`` (Megatron saves them with every checkpoint)."""
+    window = EndPromptWindow.from_megatron_args(args, checkpoint_args=checkpoint_args)
+    args.endprompt_original_length = window.original_length
+    args.endprompt_pi_factor = window.pi_factor
+    return window
+
+
+def _checkpoint_dir(root: str | None, step: int | None = None) -> str | None:
+    """The ``iter_*``/``release`` directory Megatron would load from save directory ``root``."""
+    if not root or not os.path.isdir(root):
+        return None
+    if step is not None:
+        path = os.path.join(root, f"iter_{step:07d}")
+        return path if os.path.isdir(path) else None
+    tracker = os.path.join(root, "latest_checkpointed_iteration.txt")
+    if not os.path.exists(tracker):
+        return root if os.path.exists(os.path.join(root, "metadata.json")) else None
+    with open(tracker) as f:
+        tag = f.read().strip()
+    name = "release" if tag == "release" else f"iter_{int(tag):07d}" if tag.isdigit() else None
+    path = os.path.join(root, name) if name else None
+    return path if path and os.path.isdir(path) else None
+
+
+def loaded_checkpoint_args(args: argparse.Namespace) -> Any:
+    """The saved Megatron args of the checkpoint this run will start from, or ``None``: ``--load``
+    when it holds a checkpoint (at ``--ckpt-step`` if given), else ``--pretrained-checkpoint``.
+    Only ``torch_dist`` checkpoints are read (their common state; no process group needed)."""
+    candidates = [_checkpoint_dir(getattr(args, "load", None), getattr(args, "ckpt_step", None)),
+                  _checkpoint_dir(getattr(args, "pretrained_checkpoint", None))]
+    path = next((c for c in candidates if c is not None), None)
+    if path is None or not os.path.exists(os.path.join(path, "metadata.json")):
+        return None
+    from megatron.core import dist_checkpointing
+    from megatron.core.safe_globals import register_safe_globals
+
+    register_safe_globals()
+    try:
+        return dist_checkpointing.load_common_state_dict(path).get("args")
+    except Exception:  # noqa: BLE001 - unreadable common state: fall back to the flags
+        return None
 
 
 def data_prefixes(args: argparse.Namespace) -> list[str]:

@@ -67,6 +67,8 @@ def get_batch(data_iterator: Any, *, first_stage: bool, last_stage: bool) -> dic
         else torch.device("cpu")
     with_mask = bool(getattr(args, "create_attention_mask_in_dataloader", False))
     keys = _needed_keys(first_stage, last_stage, with_mask)
+    if last_stage and getattr(args, "mtp_num_layers", None) and "tokens" not in keys:
+        keys.append("tokens")  # Megatron's MTP block on the last stage embeds the next tokens
     tp_size = mpu.get_tensor_model_parallel_world_size()
     if mpu.get_tensor_model_parallel_rank() == 0:
         assert data_iterator is not None, "TP rank 0 of every stage must have a data iterator"

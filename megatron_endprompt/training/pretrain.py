@@ -2,7 +2,8 @@
 
     torchrun ... -m megatron_endprompt.training.pretrain <Megatron flags> --endprompt-target-length L
 
-Flow: (no GPU -> install the CPU runtime layer) -> ``parse_and_validate_args`` with our
+Flow: ``runtime.install()`` (wheel fixes always, the CPU layer without a GPU) ->
+``parse_and_validate_args`` with our
 ``--endprompt-*`` flags -> check every data prefix's sidecar against them -> config container
 -> ``megatron.training.pretrain`` with our dataset provider, model provider and forward step.
 """
@@ -35,12 +36,15 @@ def main(argv: list[str] | None = None) -> None:
     quiet_megatron_import_noise()
     import torch
 
+    from megatron_endprompt import runtime
     from megatron_endprompt.errors import UserError
-    from megatron_endprompt.runtime import install_cpu_runtime
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    on_cpu = install_cpu_runtime()
-    if on_cpu:
+    try:
+        layers = runtime.install()
+    except RuntimeError as exc:  # version gate or a changed patched function: one line
+        raise SystemExit(f"error: {exc}") from None
+    if layers["cpu"]:
         argv = _with_cpu_flags(argv)
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 
@@ -53,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     from megatron_endprompt.training.args import (
         add_endprompt_args,
         check_sidecars,
+        loaded_checkpoint_args,
         resolve_endprompt_args,
     )
     from megatron_endprompt.training.providers import (
@@ -64,15 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *argv]
     args = parse_and_validate_args(extra_args_provider=cli_args_provider(add_endprompt_args))
     try:
-        resolve_endprompt_args(args)
+        window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
         layouts = check_sidecars(args)
     except UserError as exc:
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"EndPrompt: L={args.endprompt_target_length} L0={args.endprompt_original_length} "
-              f"s={args.endprompt_pi_factor:g}; {len(layouts)} EndPrompt prefix(es)", flush=True)
+        print(f"EndPrompt: {window.banner()}; {len(layouts)} EndPrompt prefix(es)", flush=True)
     if not args.calculate_per_token_loss:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")

@@ -9,10 +9,13 @@ from typing import Any
 
 def model_provider(pre_process: bool = True, post_process: bool = True,
                    vp_stage: int | None = None, config: Any = None, pg_collection: Any = None):
-    """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec)."""
+    """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec), with
+    Megatron's multi-token-prediction block under ``--mtp-num-layers`` (on the last stage).
+    The PI factor is the resolved window's ``s`` (``args.endprompt_pi_factor``), passed once."""
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
+        get_gpt_mtp_block_spec,
     )
     from megatron.training import get_args
     from megatron.training.arguments import core_transformer_config_from_args
@@ -22,12 +25,17 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     args = get_args()
     if config is None:
         config = core_transformer_config_from_args(args)
-    if args.transformer_impl == "transformer_engine":
+    use_te = args.transformer_impl == "transformer_engine"
+    if use_te:
         spec = get_gpt_layer_with_transformer_engine_spec(
             qk_layernorm=args.qk_layernorm, multi_latent_attention=False)
     else:
         spec = get_gpt_layer_local_spec(normalization=args.normalization,
                                         qk_layernorm=args.qk_layernorm)
+    mtp_spec = None
+    if getattr(args, "mtp_num_layers", None):
+        mtp_spec = get_gpt_mtp_block_spec(config, spec, use_transformer_engine=use_te,
+                                          vp_stage=vp_stage)
     return EndPromptGPTModel(
         config=config,
         transformer_layer_spec=spec,
@@ -43,7 +51,8 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
         rotary_base=args.rotary_base,
         rope_scaling=args.use_rope_scaling,
         rope_scaling_factor=args.rope_scaling_factor,
-        seq_len_interpolation_factor=args.rotary_seq_len_interpolation_factor,
+        seq_len_interpolation_factor=None,  # folded into the window's s (see window.py)
+        mtp_block_spec=mtp_spec,
         vp_stage=vp_stage,
         pg_collection=pg_collection,
         pi_factor=args.endprompt_pi_factor,
@@ -96,7 +105,13 @@ def datasets_provider(train_val_test_num_samples: list[int], vp_stage: int | Non
 
 
 def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = False):
-    """One micro-batch: positions reach every stage; the last stage returns token losses."""
+    """One micro-batch: positions reach every stage; the last stage returns token losses.
+
+    ``loss_mask`` (the EndPrompt weights ``[B, S]``: terminal ``w``, 0 for padding and masked
+    EOD) goes to the model too: Megatron's multi-token-prediction loss (``--mtp-num-layers``)
+    reads it inside ``GPTModel.forward`` and would otherwise weight every token 1. (Its
+    per-token scaling uses the rolled weight sums; the global normaliser stays ``#{w > 0}``.)
+    """
     from megatron.core.utils import get_attr_wrapped_model
 
     from megatron_endprompt.training.batch import get_batch
@@ -108,7 +123,7 @@ def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = Fa
 
     batch = get_batch(data_iterator, first_stage=first, last_stage=last)
     output = model(batch.get("tokens"), batch["position_ids"], batch.get("attention_mask"),
-                   labels=batch.get("labels"))
+                   labels=batch.get("labels"), loss_mask=batch.get("loss_mask"))
     return output, partial(loss_func, batch.get("loss_mask"), batch.get("terminal_mask"),
                            loss_log=get_args().endprompt_loss_log)
 

@@ -3,7 +3,6 @@ positions, HF model loading, CPU forward for Megatron."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
@@ -43,19 +42,13 @@ def endprompt_positions(seq: int, a: int, target_length: int) -> torch.Tensor:
                                                     target_length)))[None]
 
 
-@contextlib.contextmanager
 def cpu_forward_patches():
-    """Megatron forward on the CPU: local attention forks the model-parallel CUDA RNG tracker
-    (dropout is 0 here) -> no-op fork; ``current_device`` -> CPU (see compat)."""
-    from megatron.core import tensor_parallel
+    """Megatron forward on the CPU: the runtime's scoped
+    :func:`~megatron_endprompt.runtime.cpu_forward` (no-op RNG tracker fork, dropout is 0 here;
+    ``current_device`` -> CPU)."""
+    from megatron_endprompt.runtime import cpu_forward
 
-    tracker = tensor_parallel.get_cuda_rng_tracker()
-    saved = tracker.fork
-    tracker.fork = lambda *a, **k: contextlib.nullcontext()
-    try:
-        yield
-    finally:
-        tracker.fork = saved
+    return cpu_forward()
 
 
 def hf_model(hf_dir: str, **config_overrides):

@@ -8,6 +8,26 @@ import torch
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(scope="module", autouse=True)
+def runtime_installed():
+    """What the pretrain entry does first: on a GPU, the wheel fixes and the TE fused-RoPE router
+    for per-row freqs, never the CPU layer; restored afterwards."""
+    from megatron_endprompt import runtime
+
+    layers = runtime.install()
+    yield layers
+    runtime.uninstall()
+
+
+def test_runtime_on_a_real_gpu(runtime_installed):
+    import megatron.core.datasets.utils as ds_utils
+
+    assert runtime_installed["wheel"] and not runtime_installed["cpu"]
+    te = pytest.importorskip("transformer_engine")
+    assert te is not None and runtime_installed["rope"], "TE present: the RoPE router is in"
+    ds_utils.compile_helpers()  # the wheel's stock version exits the process here
+
+
 def _positions(B: int, S: int, L: int, shared: bool) -> torch.Tensor:
     rows = []
     for r in range(B):
@@ -70,7 +90,8 @@ def test_te_endprompt_model_forward_bf16():
                               position_embedding_type="rope", pi_factor=8.0).cuda()
     S, B = 512, 2
     tokens = torch.randint(0, 1024, (B, S), device="cuda")
-    pos = _positions(B, S, 4096, shared=True)
-    loss = model(tokens, pos, None, labels=tokens).float().mean()
-    loss.backward()
-    assert torch.isfinite(loss)
+    for shared in (True, False):  # [S,1,1,D] into TE's fused RoPE; [S,B,1,D] via the router
+        pos = _positions(B, S, 4096, shared=shared)
+        loss = model(tokens, pos, None, labels=tokens).float().mean()
+        loss.backward()
+        assert torch.isfinite(loss)

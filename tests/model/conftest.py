@@ -1,12 +1,9 @@
-"""Fixtures for the model tests: a single-process gloo Megatron and CPU stand-ins for the two
-CUDA calls the tiny model's forward makes."""
+"""Fixtures for the model tests: a single-process gloo Megatron and the runtime's scoped CPU
+forward."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
-import torch
 
 
 @pytest.fixture(scope="session")
@@ -15,24 +12,18 @@ def megatron_parallel():
     Reuses an existing initialisation; tears down only what it created."""
     from megatron.core import parallel_state
 
-    from megatron_endprompt.runtime.process_group import single_process_group
+    from megatron_endprompt.launch import single_process_group
 
     with single_process_group():
         yield parallel_state
 
 
 @pytest.fixture
-def cpu_forward(monkeypatch, megatron_parallel):
-    """Let a CPU-initialised GPTModel run forward without a GPU.
+def cpu_forward(megatron_parallel):
+    """Let a CPU-initialised GPTModel run forward without a GPU, through the runtime's scoped
+    :func:`~megatron_endprompt.runtime.cpu_forward` (``current_device`` -> CPU, no-op RNG
+    tracker fork; dropout is 0 here)."""
+    from megatron_endprompt.runtime import cpu_forward as scoped
 
-    * stock ``RotaryEmbedding.get_emb`` moves ``inv_freq`` to ``torch.cuda.current_device()``:
-      point it at the CPU;
-    * local core attention forks the model-parallel CUDA RNG tracker (for dropout, 0 here):
-      make the fork a no-op.
-    """
-    from megatron.core import tensor_parallel
-
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
-    tracker = tensor_parallel.get_cuda_rng_tracker()
-    monkeypatch.setattr(tracker, "fork", lambda *a, **k: contextlib.nullcontext(), raising=False)
-    return megatron_parallel
+    with scoped():
+        yield megatron_parallel

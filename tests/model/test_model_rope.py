@@ -12,7 +12,6 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as hf_apply_rope
 
-from megatron_endprompt.compat import install_batched_freqs_fallback
 from megatron_endprompt.model import EndPromptRotaryEmbedding, resolve_pi_factor
 
 HEAD_DIM = 128
@@ -126,9 +125,8 @@ def test_batched_freqs_equal_per_row_application(interleaved: bool) -> None:
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_contiguous_positions_equal_stock_layout(interleaved: bool, monkeypatch) -> None:
+def test_contiguous_positions_equal_stock_layout(interleaved: bool, cpu_forward) -> None:
     """Positions ``0..S-1``, s=1 -> exactly stock ``get_emb`` (also the float-position path)."""
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
     rope = ours(rotary_interleaved=interleaved)
     stock = rope.get_emb(96)
     assert torch.equal(rope(torch.arange(96)[None].repeat(2, 1)), stock)
@@ -142,15 +140,19 @@ def test_pi_factor_resolution() -> None:
     assert resolve_pi_factor(8, 8.0) == 8.0
     with pytest.raises(ValueError, match="disagrees"):
         resolve_pi_factor(8.0, 4.0)
-    with pytest.raises(ValueError, match="> 0"):
-        resolve_pi_factor(0.0, None)
+    with pytest.raises(ValueError, match=">= 1"):
+        resolve_pi_factor(0.5, None)
     assert ours(pi_factor=1.0).seq_len_interpolation_factor is None
     assert ours(pi_factor=3.0).seq_len_interpolation_factor == 3.0
 
 
 def test_fused_path_falls_back_for_per_row_freqs(monkeypatch) -> None:
-    """With ``apply_rope_fusion``, ``[S, 1, 1, D]`` still reaches the fused kernel, while
-    ``[S, B, 1, D]`` takes Megatron's unfused path."""
+    """With ``apply_rope_fusion`` and the runtime's router, ``[S, 1, 1, D]`` still reaches the
+    fused kernel, while ``[S, B, 1, D]`` takes Megatron's unfused path. (The fake kernel stands
+    in for TE's, absent on CPU; the router is installed and restored through a ledger.)"""
+    from megatron_endprompt.runtime.ledger import Ledger
+    from megatron_endprompt.runtime.rope import install_rope_fallback
+
     calls = []
 
     def fake_fused(t, freqs, transpose_output_memory=False, interleaved=False):
@@ -159,24 +161,17 @@ def test_fused_path_falls_back_for_per_row_freqs(monkeypatch) -> None:
         return rope_utils._apply_rotary_pos_emb_bshd(t, freqs, rotary_interleaved=interleaved)
 
     monkeypatch.setattr(rope_utils, "fused_apply_rotary_pos_emb", fake_fused)
-    install_batched_freqs_fallback()
-    install_batched_freqs_fallback()  # idempotent
-    rope = ours(pi_factor=2.0)
-    mixed = torch.stack([endprompt_positions(a, 32 - a, 1024) for a in (8, 20)])
-    q = torch.randn(32, 2, 2, HEAD_DIM)
-    fused_out = megatron_apply(q, rope(mixed), fusion=True)
-    assert calls == []
-    assert torch.equal(fused_out, megatron_apply(q, rope(mixed)))
-    megatron_apply(q, rope(mixed[:1].repeat(2, 1)), fusion=True)
-    assert calls == [torch.Size([32, 1, 1, HEAD_DIM])]
-
-
-def test_unknown_megatron_version_fails_loudly(monkeypatch) -> None:
-    import megatron.core
-
-    from megatron_endprompt.compat import check_megatron_rope_version
-
-    check_megatron_rope_version()
-    monkeypatch.setattr(megatron.core, "__version__", "0.99.0")
-    with pytest.raises(RuntimeError, match="not supported"):
-        check_megatron_rope_version()
+    ledger = Ledger()
+    assert install_rope_fallback(ledger)
+    try:
+        rope = ours(pi_factor=2.0)
+        mixed = torch.stack([endprompt_positions(a, 32 - a, 1024) for a in (8, 20)])
+        q = torch.randn(32, 2, 2, HEAD_DIM)
+        fused_out = megatron_apply(q, rope(mixed), fusion=True)
+        assert calls == []
+        assert torch.equal(fused_out, megatron_apply(q, rope(mixed)))
+        megatron_apply(q, rope(mixed[:1].repeat(2, 1)), fusion=True)
+        assert calls == [torch.Size([32, 1, 1, HEAD_DIM])]
+    finally:
+        assert ledger.restore() == 1
+    assert rope_utils.fused_apply_rotary_pos_emb is fake_fused

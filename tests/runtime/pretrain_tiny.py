@@ -1,7 +1,7 @@
 """Tiny Llama-style GPT trained by Megatron-Core's real ``megatron.training.pretrain``.
 
-This is the driver the runtime tests launch under ``torchrun`` (CPU, gloo). It installs
-the CPU runtime layer first, then follows Megatron-LM's own entry flow:
+This is the driver the runtime tests launch under ``torchrun`` (CPU, gloo). It calls
+``megatron_endprompt.runtime.install()`` first, then follows Megatron-LM's own entry flow:
 ``parse_and_validate_args`` -> ``pretrain_cfg_container_from_args`` -> ``pretrain``,
 with ``--mock-data`` datasets, a ``GPTModel`` built from the local (non-TE) layer spec
 and a per-token-loss forward step.
@@ -173,10 +173,10 @@ def forward_step(data_iterator, model):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Install the CPU runtime, then run Megatron's pretrain with the tiny GPT."""
-    from megatron_endprompt.runtime import install_cpu_runtime
+    """Install the runtime (the CPU layer here), then run Megatron's pretrain with the tiny GPT."""
+    from megatron_endprompt import runtime
 
-    install_cpu_runtime()
+    runtime.install()
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 
     from megatron.core.enums import ModelType

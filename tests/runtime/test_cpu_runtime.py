@@ -16,9 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from megatron_endprompt.runtime.process_group import free_port
+from megatron_endprompt.launch import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("pretrain_tiny.py")
@@ -68,46 +66,15 @@ def _mean(values: list[float]) -> float:
 # Unit tests
 # ----------------------------------------------------------------------------------------------
 
-def test_noop_when_cuda_available() -> None:
-    """With CUDA available nothing is patched and False is returned."""
-    _run_python("""
-        import threading, torch, torch.cuda
-        from torch.overrides import _get_current_function_mode_stack
-        before = {name: getattr(torch.cuda, name) for name in
-                  ("device_count", "current_device", "set_device", "Stream", "Event",
-                   "get_rng_state", "manual_seed", "synchronize")}
-        tensor_methods = (torch.Tensor.cuda, torch.Tensor.type)
-        thread_start = threading.Thread.start
-        torch.cuda.is_available = lambda: True
-
-        from megatron_endprompt.runtime import install_cpu_runtime, is_installed
-        from megatron_endprompt.runtime import cpu_torch
-        assert install_cpu_runtime() is False
-        assert not is_installed()
-        assert cpu_torch.PATCHED == []
-        assert {n: getattr(torch.cuda, n) for n in before} == before
-        assert (torch.Tensor.cuda, torch.Tensor.type) == tensor_methods
-        assert threading.Thread.start is thread_start
-        assert not _get_current_function_mode_stack()
-        import sys
-        assert "megatron.core" not in sys.modules  # not even imported
-
-        # force=True installs regardless (what the CPU tests of a GPU machine would use).
-        assert install_cpu_runtime(force=True) is True and is_installed()
-        assert torch.empty(1, device="cuda").device.type == "cpu"
-    """)
-
-
 def test_install_patches_once_and_rewrites_devices() -> None:
     """Installed: CUDA device args land on CPU in every thread; stand-ins are distinct."""
     proc = _run_python("""
         import threading, torch
-        from megatron_endprompt.runtime import install_cpu_runtime
-        from megatron_endprompt.runtime import cpu_torch
+        from megatron_endprompt import runtime
         assert not torch.cuda.is_available()
-        assert install_cpu_runtime() is True
-        n_patched = len(cpu_torch.PATCHED)
-        assert install_cpu_runtime() is True and len(cpu_torch.PATCHED) == n_patched
+        assert runtime.install() == {"wheel": True, "rope": False, "cpu": True}
+        n_patched = len(runtime.patches())
+        assert runtime.install()["cpu"] and len(runtime.patches()) == n_patched  # once
 
         assert not torch.cuda.is_available()          # Megatron's CPU branches still run
         assert torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
@@ -153,18 +120,6 @@ def test_install_patches_once_and_rewrites_devices() -> None:
     """)
     assert "OK" in proc.stdout
     assert "running Megatron-Core" in proc.stderr and "on CPU" in proc.stderr
-
-
-def test_unknown_megatron_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Megatron-Core version the patches were not written for fails loudly."""
-    from megatron.core import package_info
-
-    from megatron_endprompt.runtime import cpu_megatron
-
-    assert cpu_megatron.check_megatron_version().startswith("0.19.")
-    monkeypatch.setattr(package_info, "__version__", "0.20.0")
-    with pytest.raises(RuntimeError, match="0.20.0 is not supported"):
-        cpu_megatron.check_megatron_version()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ def main() -> None:
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
-    from megatron_endprompt.runtime import install_cpu_runtime
+    from megatron_endprompt import runtime
 
-    install_cpu_runtime()
+    runtime.install()
     import torch
     from megatron.core import parallel_state as mpu
     from megatron.training import global_vars

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from megatron_endprompt.model.cp import zigzag_slice
-from megatron_endprompt.runtime.process_group import free_port
+from megatron_endprompt.launch import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -33,34 +33,3 @@ def test_normaliser_is_exact_across_micro_batches():
     torch.testing.assert_close(num / den, expected, rtol=0, atol=1e-6)
 
 
-def test_pi_factor_defaults_and_conflicts():
-    import argparse
-
-    import pytest
-
-    from megatron_endprompt.errors import UserError
-    from megatron_endprompt.training.args import add_endprompt_args, resolve_endprompt_args
-
-    def parse(*argv, **megatron):
-        ns = add_endprompt_args(argparse.ArgumentParser()).parse_args(list(argv))
-        ns.seq_length = 8192
-        ns.rotary_seq_len_interpolation_factor = megatron.get("interp")
-        return ns
-
-    a = parse("--endprompt-target-length", "65536")
-    resolve_endprompt_args(a)
-    assert a.endprompt_pi_factor == 8.0 and a.endprompt_original_length == 8192
-    a = parse("--endprompt-target-length", "40000")
-    resolve_endprompt_args(a)
-    assert a.endprompt_pi_factor == 5.0, "ceil(L / L0)"
-    a = parse("--endprompt-target-length", "65536", interp=4)
-    resolve_endprompt_args(a)
-    assert a.endprompt_pi_factor == 4.0, "Megatron's own flag is honoured"
-    with pytest.raises(UserError, match="disagrees"):
-        resolve_endprompt_args(parse("--endprompt-target-length", "65536",
-                                     "--endprompt-pi-factor", "8", interp=4))
-    with pytest.raises(UserError, match="must exceed --seq-length"):
-        resolve_endprompt_args(parse("--endprompt-target-length", "8192"))
-    with pytest.raises(UserError, match="terminal-loss-weight"):
-        resolve_endprompt_args(parse("--endprompt-target-length", "65536",
-                                     "--endprompt-terminal-loss-weight", "0"))

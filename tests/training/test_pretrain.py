@@ -99,3 +99,16 @@ def test_mismatched_target_length_is_refused(prefix, tmp_path):
     rc, log = run_pretrain(args, log_path=str(tmp_path / "bad.log"), nproc=1)
     assert rc != 0
     assert "built for target length L=512 but training says --endprompt-target-length 1024" in log
+
+
+def test_mtp_trains_on_endprompt_weights(prefix, tmp_path):
+    """``--mtp-num-layers 1``: the provider builds Megatron's MTP block (last stage) and the
+    forward step hands it the EndPrompt weights; the run trains and logs the MTP loss."""
+    logdir = str(tmp_path / "mtp_losses")
+    rc, log = run_pretrain(_args(prefix, tmp_path, "--train-iters", "2", "--mtp-num-layers", "1",
+                                 "--endprompt-loss-log", logdir),
+                           log_path=str(tmp_path / "mtp.log"), nproc=1)
+    assert rc == 0, log[-3000:]
+    assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
+    assert "mtp_1 loss" in log
+    assert sorted(read_loss_log(logdir)) == [1, 2]

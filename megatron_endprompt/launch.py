@@ -1,5 +1,7 @@
-"""A single-process Megatron setup (gloo, world size 1, TP=PP=CP=1) for in-process work:
-checkpoint conversion, benchmarks and unit tests that build a model without ``torchrun``."""
+"""Launch helpers: a free TCP port for ``torchrun``/gloo rendezvous, and a single-process
+Megatron setup (gloo, world size 1, TP=PP=CP=1) for in-process work: checkpoint conversion,
+benchmarks and unit tests that build a model without ``torchrun``. Nothing here patches torch
+or Megatron (that is :mod:`megatron_endprompt.runtime`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,190 @@
+"""The EndPrompt window — ``L``, ``L0``, ``s`` and the loss weights — resolved and validated here
+and nowhere else.
+
+Preprocessing (``layout.LayoutConfig``), the dataset, the training flags, the RoPE module and the
+HF export all build an :class:`EndPromptWindow` and trust it. It is the bottom of the package
+graph (imports nothing of the package but :mod:`.errors`), so every stage may use it.
+
+Defaults, as the official EndPrompt code: ``L0`` is the *model's* original window (its
+``max_position_embeddings``, the loaded checkpoint's when there is one), not the physical training
+length ``P``; ``s = ceil(L / L0)``. Llama-3 8B (``L0 = 8192``) trained at ``P = 4096`` for
+``L = 65536`` gets ``s = 8``, not ``ceil(65536 / 4096) = 16``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from megatron_endprompt.errors import UserError
+
+__all__ = ["EXPORT_FLAGS", "EndPromptWindow", "PREPROCESS_FLAGS", "TRAINING_FLAGS",
+           "resolve_pi_factor"]
+
+#: How each field is spelled on the command line of each tool (error messages name the flag).
+TRAINING_FLAGS: Mapping[str, str] = MappingProxyType({
+    "target_length": "--endprompt-target-length",
+    "seq_length": "--seq-length",
+    "original_length": "--endprompt-original-length",
+    "pi_factor": "--endprompt-pi-factor",
+    "terminal_loss_weight": "--endprompt-terminal-loss-weight",
+    "context_loss_weight": "--endprompt-context-loss-weight",
+    "megatron_pi_factor": "--rotary-seq-len-interpolation-factor",
+})
+PREPROCESS_FLAGS: Mapping[str, str] = MappingProxyType({
+    **TRAINING_FLAGS,
+    "target_length": "--target-length",
+    "terminal_loss_weight": "--terminal-loss-weight",
+    "context_loss_weight": "--context-loss-weight",
+})
+EXPORT_FLAGS: Mapping[str, str] = MappingProxyType({
+    **TRAINING_FLAGS,
+    "target_length": "--target-length",
+    "pi_factor": "--pi-factor",
+    "original_length": "the checkpoint's max_position_embeddings",
+})
+
+
+def _explicit_pi_factor(pi_factor: float | None, megatron_pi_factor: float | None,
+                        flags: Mapping[str, str]) -> float | None:
+    """The ``s`` the user set through either flag (``None``: neither); ``ValueError`` when both
+    are set and differ, or ``s < 1``."""
+    if megatron_pi_factor in (None, 1.0):
+        megatron_pi_factor = None
+    if pi_factor is None:
+        pi_factor = megatron_pi_factor
+    elif megatron_pi_factor is not None and float(megatron_pi_factor) != float(pi_factor):
+        raise ValueError(
+            f"PI factor s={pi_factor:g} ({flags['pi_factor']}) disagrees with Megatron's "
+            f"{flags['megatron_pi_factor']} {megatron_pi_factor:g}; both mean 'divide positions "
+            "by s': set one of them")
+    if pi_factor is not None and not float(pi_factor) >= 1.0:
+        raise ValueError(f"PI factor s={pi_factor:g} must be >= 1 ({flags['pi_factor']})")
+    return None if pi_factor is None else float(pi_factor)
+
+
+def resolve_pi_factor(pi_factor: float | None, megatron_pi_factor: float | None, *,
+                      flags: Mapping[str, str] = TRAINING_FLAGS) -> float:
+    """``s`` from EndPrompt's PI factor and Megatron's ``seq_len_interpolation_factor`` (the same
+    thing: divide positions by ``s``). Either may be given, both only when equal; neither -> 1.
+    Raises ``ValueError`` naming the flags."""
+    s = _explicit_pi_factor(pi_factor, megatron_pi_factor, flags)
+    return 1.0 if s is None else s
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndPromptWindow:
+    """The trained-for window of one run; validated on construction (``ValueError`` naming the
+    flag; :meth:`from_megatron_args` turns it into :class:`UserError`)."""
+
+    target_length: int
+    """``L``: the context window being trained for; every position id is ``< L``."""
+
+    seq_length: int | None = None
+    """``P``: physical sample length (``--seq-length``); ``None`` where irrelevant (export)."""
+
+    original_length: int | None = None
+    """``L0``: the model's original window; ``None`` only before a model is known
+    (preprocessing), which leaves ``pi_factor`` unresolved too."""
+
+    pi_factor: float | None = None
+    """``s``: RoPE positions are divided by ``s``; ``None`` -> ``ceil(L / L0)`` once ``L0`` is
+    known. Always ``>= 1`` after construction when ``L0`` is given."""
+
+    terminal_loss_weight: float | None = None
+    """``w > 0``: loss weight of terminal predictions (``None``: keep the sidecar's)."""
+
+    context_loss_weight: float | None = None
+    """Loss weight of context predictions, ``>= 0`` (``None``: keep the sidecar's)."""
+
+    original_length_from: str = field(default="", compare=False)
+    """Where ``L0`` came from, for the start-up banner (e.g. ``--max-position-embeddings``)."""
+
+    flags: Mapping[str, str] = field(default=TRAINING_FLAGS, compare=False, repr=False)
+    """Flag spellings of the tool that built the window (``TRAINING_FLAGS``, ...)."""
+
+    def __post_init__(self) -> None:
+        f, L, P, L0 = self.flags, self.target_length, self.seq_length, self.original_length
+        if P is not None and P < 2:
+            raise ValueError(f"seq length P={P} must be >= 2 ({f['seq_length']})")
+        if P is not None and not L > P:
+            raise ValueError(
+                f"target length L={L} must be larger than seq length P={P}; raise "
+                f"{f['target_length']} or lower {f['seq_length']}")
+        if L0 is not None:
+            if L0 < 1:
+                raise ValueError(f"original window L0={L0} must be >= 1 ({f['original_length']})")
+            if not L > L0:
+                source = f", from {self.original_length_from}" if self.original_length_from \
+                    else ""
+                raise ValueError(
+                    f"target length L={L} ({f['target_length']}) must be above the original "
+                    f"context window {L0} (L0{source}); raise {f['target_length']} or set "
+                    f"{f['original_length']} to the model's original window")
+            s = self.pi_factor if self.pi_factor is not None else math.ceil(L / L0)
+            object.__setattr__(self, "pi_factor", resolve_pi_factor(s, None, flags=f))
+        elif self.pi_factor is not None:
+            object.__setattr__(self, "pi_factor", resolve_pi_factor(self.pi_factor, None,
+                                                                    flags=f))
+        self.check_loss_weights(terminal_loss_weight=self.terminal_loss_weight,
+                                context_loss_weight=self.context_loss_weight, flags=f)
+
+    @staticmethod
+    def check_loss_weights(*, terminal_loss_weight: float | None,
+                           context_loss_weight: float | None,
+                           flags: Mapping[str, str] = TRAINING_FLAGS) -> None:
+        """``ValueError`` naming the flag unless ``w > 0`` and the context weight ``>= 0``
+        (``None``: not set). Used on its own where only weights are known (the dataset)."""
+        w, cw = terminal_loss_weight, context_loss_weight
+        if w is not None and not w > 0:
+            raise ValueError(f"terminal loss weight w={w} must be > 0 "
+                             f"({flags['terminal_loss_weight']}; the paper uses a small non-zero w)")
+        if cw is not None and not cw >= 0:
+            raise ValueError(f"context loss weight {cw} must be >= 0 "
+                             f"({flags['context_loss_weight']})")
+
+    @classmethod
+    def from_megatron_args(cls, args, *, checkpoint_args=None) -> EndPromptWindow:
+        """The training window from Megatron's parsed flags plus ours.
+
+        ``L0``: ``--endprompt-original-length``; else the L0 the loaded checkpoint's run recorded
+        (a resumed EndPrompt run); else the checkpoint's ``max_position_embeddings``; else
+        ``--max-position-embeddings``. ``s``: ``--endprompt-pi-factor`` or Megatron's
+        ``--rotary-seq-len-interpolation-factor`` (equal if both), else ``ceil(L / L0)``.
+        Raises :class:`UserError` naming the flag.
+        """
+        f = TRAINING_FLAGS
+        L = getattr(args, "endprompt_target_length", None)
+        if L is None:
+            raise UserError(f"{f['target_length']} L is required (the window to train for)")
+        if getattr(args, "position_embedding_type", "rope") != "rope":
+            raise UserError("EndPrompt needs --position-embedding-type rope")
+        L0, source = getattr(args, "endprompt_original_length", None), f["original_length"]
+        if L0 is None and checkpoint_args is not None:
+            if getattr(checkpoint_args, "endprompt_original_length", None):
+                L0 = checkpoint_args.endprompt_original_length
+                source = "the loaded checkpoint's recorded L0"
+            elif getattr(checkpoint_args, "max_position_embeddings", None):
+                L0 = checkpoint_args.max_position_embeddings
+                source = "the loaded checkpoint's max_position_embeddings"
+        if L0 is None:
+            L0, source = getattr(args, "max_position_embeddings", None), "--max-position-embeddings"
+        if L0 is None:
+            raise UserError(f"the model's original window is unknown: pass "
+                            f"{f['original_length']} L0 or --max-position-embeddings")
+        try:
+            s = _explicit_pi_factor(getattr(args, "endprompt_pi_factor", None),
+                                    getattr(args, "rotary_seq_len_interpolation_factor", None), f)
+            return cls(target_length=int(L), seq_length=args.seq_length,
+                       original_length=int(L0), original_length_from=source, pi_factor=s,
+                       terminal_loss_weight=getattr(args, "endprompt_terminal_loss_weight", None),
+                       context_loss_weight=getattr(args, "endprompt_context_loss_weight", None))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+
+    def banner(self) -> str:
+        """One start-up line: ``L``, ``L0`` (and where it came from), ``s``."""
+        source = f" ({self.original_length_from})" if self.original_length_from else ""
+        return f"L={self.target_length} L0={self.original_length}{source} s={self.pi_factor:g}"

@@ -1,0 +1,197 @@
+"""``megatron_endprompt.runtime.install()``: the one patching entry.
+
+A GPU machine is faked with ``torch.cuda.is_available = lambda: True`` in a fresh interpreter
+(the runtime patches process-global state): the wheel fixes must be installed there — the pip
+wheel's ``compile_helpers()`` otherwise calls ``sys.exit(1)`` at start-up — and the CPU layer
+must not. ``uninstall()`` restores every original; a patched function whose code changed is
+refused with one line, leaving nothing patched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=REPO_ROOT)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def test_pretrain_entry_on_a_gpu_installs_wheel_fixes_not_cpu_layer() -> None:
+    """Defect 1: with CUDA available the pretrain entry installed nothing, so the wheel's
+    ``compile_helpers()`` exited the job (rc 1) and the distributed-optimizer fixes were off."""
+    proc = _run_python("""
+        import threading, torch
+        torch.cuda.is_available = lambda: True          # a GPU machine, as far as we know
+        cuda_before = {n: getattr(torch.cuda, n) for n in
+                       ("device_count", "current_device", "set_device", "Stream", "Event",
+                        "get_rng_state", "manual_seed", "synchronize")}
+        tensor_before = (torch.Tensor.cuda, torch.Tensor.type, threading.Thread.start)
+
+        from megatron_endprompt.training import pretrain
+        try:
+            pretrain.main(["--no-such-flag"])  # runs the start-up, then argparse exits
+        except SystemExit:
+            pass
+
+        from megatron_endprompt import runtime
+        assert runtime.installed_layers() == {"wheel": True, "rope": False, "cpu": False}
+        from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+        patched = {where for _, where in runtime.patches()}
+        assert "megatron.core.datasets.utils.compile_helpers" in patched, patched
+        assert any(w.endswith("DistributedOptimizer.load_state_dict") for w in patched), patched
+        assert {n: getattr(torch.cuda, n) for n in cuda_before} == cuda_before   # no CPU layer
+        assert (torch.Tensor.cuda, torch.Tensor.type, threading.Thread.start) == tensor_before
+        from torch.overrides import _get_current_function_mode_stack
+        assert not _get_current_function_mode_stack()
+
+        import megatron.core.datasets.utils as ds_utils
+        ds_utils.compile_helpers()     # the wheel has no Makefile: stock calls sys.exit(1)
+        print("ALIVE")
+    """)
+    assert "ALIVE" in proc.stdout
+    assert "on CPU" not in proc.stderr
+
+
+def test_uninstall_restores_every_original() -> None:
+    _run_python("""
+        import logging, threading, torch
+        import megatron.core.datasets.utils as ds_utils
+        import megatron.core.tensor_parallel.random as mp_random
+        import megatron.training.training as mt_training
+        from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+        from torch.overrides import _get_current_function_mode_stack
+
+        def snapshot():
+            return {
+                "cuda": {n: getattr(torch.cuda, n) for n in dir(torch.cuda)},
+                "tensor": (torch.Tensor.cuda, torch.Tensor.type, threading.Thread.start),
+                "megatron": (ds_utils.compile_helpers, mp_random._get_cuda_rng_state,
+                             mt_training.train, mt_training.load_checkpoint,
+                             mt_training.initialize_megatron,
+                             DistributedOptimizer.state_dict,
+                             DistributedOptimizer.load_state_dict),
+                "filters": list(logging.getLogger(
+                    "megatron.core.tensor_parallel.random").filters),
+            }
+
+        before = snapshot()
+        from megatron_endprompt import runtime
+        assert runtime.install(cpu=True, verbose=False)["cpu"]
+        during = snapshot()
+        for key in before:
+            assert during[key] != before[key], key
+        assert _get_current_function_mode_stack()
+        assert torch.empty(1, device="cuda").device.type == "cpu"
+
+        n = runtime.uninstall()
+        assert n == len([1 for _ in range(n)]) and n > 40, n
+        assert runtime.patches() == []
+        assert runtime.installed_layers() == {"wheel": False, "rope": False, "cpu": False}
+        after = snapshot()
+        for key in before:
+            assert after[key] == before[key], key
+        assert not _get_current_function_mode_stack()
+        try:
+            torch.empty(1, device="cuda")
+        except (RuntimeError, AssertionError):
+            pass
+        else:
+            raise AssertionError("CUDA allocations still land on the CPU after uninstall")
+        # and it installs again cleanly
+        assert runtime.install(cpu=True, verbose=False)["cpu"]
+        runtime.uninstall()
+    """)
+
+
+def test_changed_megatron_function_is_refused_with_one_line(monkeypatch) -> None:
+    """A Megatron release whose ``DistributedOptimizer.load_state_dict`` differs from the one
+    the fix was written for: ``install()`` refuses, names the function, and leaves nothing
+    patched (the wheel fixes applied before it are rolled back)."""
+    import megatron.core.datasets.utils as ds_utils
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    from megatron_endprompt import runtime
+
+    def load_state_dict(self, state_dict):  # a "new release": different code
+        return None
+
+    monkeypatch.setattr(DistributedOptimizer, "load_state_dict", load_state_dict)
+    stock_compile_helpers = ds_utils.compile_helpers
+    with pytest.raises(runtime.PatchedFunctionChanged) as info:
+        runtime.install(cpu=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "DistributedOptimizer.load_state_dict changed" in message
+    assert "update megatron_endprompt/runtime" in message
+    assert runtime.installed_layers()["wheel"] is False and runtime.patches() == []
+    assert ds_utils.compile_helpers is stock_compile_helpers
+
+
+def test_fingerprint_ignores_docstrings_and_comments_not_code(tmp_path) -> None:
+    import importlib.util
+    import inspect
+
+    from megatron_endprompt.runtime import fingerprint
+
+    def load(name: str, src: str):
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        spec = importlib.util.spec_from_file_location(f"fp_probe_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.f
+
+    a = load("a", "def f(x):\n    'doc'\n    return x + 1\n")
+    b = load("b", "def f(x):\n    # a comment\n    return (x +\n            1)\n")
+    c = load("c", "def f(x):\n    return x + 2\n")
+    assert inspect.getsource(a) != inspect.getsource(b)
+    assert fingerprint(a) == fingerprint(b) != fingerprint(c)
+
+
+def test_unknown_megatron_version_is_refused(monkeypatch) -> None:
+    """The one version gate: a minor release the runtime was not written for fails loudly,
+    before anything is patched; the model constructor uses the same gate."""
+    from megatron.core import package_info
+
+    from megatron_endprompt import runtime
+
+    assert runtime.check_megatron_version().startswith("0.19.")
+    monkeypatch.setattr(package_info, "__version__", "0.20.0")
+    with pytest.raises(RuntimeError, match="0.20.0 is not supported"):
+        runtime.install(cpu=False)
+    assert runtime.patches() == []
+
+
+def test_ledger_restores_inherited_and_missing_attributes() -> None:
+    from megatron_endprompt.runtime import Ledger
+
+    class Base:
+        def f(self):
+            return "base"
+
+    class Child(Base):
+        pass
+
+    obj, module_like = Base(), type("M", (), {})
+    ledger = Ledger()
+    ledger.replace(obj, "f", lambda: "patched", patch="t")
+    ledger.replace(Child, "f", lambda self: "patched", patch="t")
+    ledger.replace(module_like, "new", 1, patch="t", must_exist=False)
+    assert obj.f() == Child().f() == "patched" and module_like.new == 1
+    assert ledger.entries()[0][0] == "t" and len(ledger) == 3
+    assert ledger.restore() == 3
+    assert obj.f() == Child().f() == "base"
+    assert "f" not in vars(obj) and "f" not in vars(Child) and not hasattr(module_like, "new")
