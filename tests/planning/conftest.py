@@ -4,7 +4,6 @@ builds them (local spec, fp32), on a single-process gloo Megatron."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 
@@ -29,19 +28,16 @@ def bench_modules():
 @pytest.fixture(scope="module")
 def tiny_cpu(bench_modules):
     """``build(groups, tied) -> (args, EndPromptGPTModel)``: the benchmark's model (local spec,
-    fp32) on CPU, with the two CUDA calls of its forward pointed at the CPU (as
-    ``tests/model/conftest.py`` does) for the module's duration."""
-    from megatron.core import tensor_parallel
-
+    fp32) on CPU, its forward run through the runtime's scoped
+    :func:`~megatron_endprompt.runtime.cpu_forward` (as ``tests/model/conftest.py`` does) for the
+    module's duration."""
     from megatron_endprompt.compat import quiet_megatron_import_noise
-    from megatron_endprompt.runtime.process_group import single_process_group
+    from megatron_endprompt.launch import single_process_group
+    from megatron_endprompt.runtime import cpu_forward
 
     quiet_megatron_import_noise()
     models, _ = bench_modules
-    with single_process_group(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.cuda, "current_device", lambda: "cpu")
-        tracker = tensor_parallel.get_cuda_rng_tracker()
-        mp.setattr(tracker, "fork", lambda *a, **k: contextlib.nullcontext(), raising=False)
+    with single_process_group(), cpu_forward():
 
         def build(groups: int, tied: bool):
             args = argparse.Namespace(device="cpu", layers=2, hidden=128, heads=4, groups=groups,
