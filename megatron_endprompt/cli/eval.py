@@ -118,10 +118,11 @@ def _device(name: str | None) -> str:
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """The ``EvalConfig`` of parsed flags."""
     device = _device(args.device)
+    tasks = (resolve_tasks(args.tasks) if args.backend == "native"
+             else [t.strip() for t in args.tasks.split(",") if t.strip()])
     return EvalConfig(
         hf_dir=args.hf_dir, output=args.output, lengths=parse_lengths(args.lengths),
-        tasks=(resolve_tasks(args.tasks) if args.backend == "native"
-               else [t.strip() for t in args.tasks.split(",") if t.strip()]), depths=parse_depths(args), samples=args.samples,
+        tasks=tasks, depths=parse_depths(args), samples=args.samples,
         seed=args.seed, device=device,
         dtype=args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"),
         batch_size=args.batch_size, haystack=args.haystack, ppl_data=args.ppl_data,

@@ -4,8 +4,8 @@ RULER (``niah.py`` ``generate_samples``, ``variable_tracking.py``
 ``sys_vartrack_w_noise_random``, ``common_words_extraction.py`` ``sys_word_pair_random``) sizes
 the haystack per task and length: estimate tokens per haystack unit from a small prompt,
 binary-search the largest unit count ``n`` (from one increment up) with ``tokens(prompt) +
-tokens_to_generate <= length``, then render each sample with ``n`` units, stepping down by the task's increment while
-a sample does not fit. ``fwe`` grows and shrinks its word count instead (``ruler_aggregate``).
+tokens_to_generate <= length``, then render each sample with ``n`` units, stepping down by
+the task's increment while a sample does not fit. ``fwe`` grows and shrinks its word count instead (``ruler_aggregate``).
 
 We count the ids the model receives (BOS included), one more than RULER's
 ``tokenizer.tokenize`` count for a Llama tokenizer, so the guarantee holds for the real input.
@@ -63,13 +63,16 @@ def fit_haystack(task: RulerTask, render: Render, count: Callable[[str], int], *
         per_unit = count(render(inc).text) / inc
         upper = max(int(length / per_unit * 3), inc * 2)
     best = _search(render, count, budget, inc, upper)
+    smallest = 1
+    if task.kind == "variable_tracking":  # a chain needs one noise line per variable
+        smallest = int(task.args["num_hops"]) + 1  # type: ignore[call-overload]
     if best is None:  # RULER would loop forever here; we try smaller haystacks first
-        smallest = int(task.args["num_hops"]) + 1 if task.kind == "variable_tracking" else 1  # type: ignore[call-overload]
         best = _search(render, count, budget, smallest, inc - 1)
     if best is None:
-        raise ValueError(f"{task.name}: length {length} is too short: the prompt with a "
-                         f"one-unit haystack and {task.tokens_to_generate} generated tokens "
-                         "does not fit; use a longer length")
+        raise ValueError(f"{task.name}: length {length} is too short: the prompt with the "
+                         f"smallest haystack ({smallest} unit(s)) and "
+                         f"{task.tokens_to_generate} generated tokens does not fit; use a "
+                         "longer length")
     return best
 
 
@@ -129,30 +132,32 @@ def make_ruler_samples(name: str, tokens: TextTokens, *, lengths: list[int], sam
             _, n = fit_fwe(task, fit_rng, seed=seed, length=length, count=tokens.count)
         for index in range(samples):
             rng = random.Random(f"{seed}:{name}:{length}:{index}")
-            rendered = _sample(task, rng, n, tokens, seed=seed, length=length,
-                               haystack=haystack, icl=icl)
+            rendered, used = _sample(task, rng, n, tokens, seed=seed, length=length,
+                                     haystack=haystack, icl=icl)
             ids = tokens.encode(rendered.text)
             assert len(ids) + task.tokens_to_generate <= length, (name, length, len(ids))
             out.append(PromptSample(task=name, length=length, index=index, input_ids=ids,
                                     answers=rendered.answers, metric=task.metric,
                                     max_new_tokens=task.tokens_to_generate,
                                     prompt=rendered.text, depth=rendered.depth,
-                                    extra={"haystack_units": n}))
+                                    extra={"haystack_units": used}))
     return out
 
 
 def _sample(task: RulerTask, rng: random.Random, n: int, tokens: TextTokens, *, seed: int,
-            length: int, haystack: Haystack | None, icl: str | None) -> Rendered:
-    """One sample with ``n`` units, stepping down by the increment until it fits (RULER)."""
+            length: int, haystack: Haystack | None,
+            icl: str | None) -> tuple[Rendered, int]:
+    """One sample with ``n`` units, stepping down by the increment until it fits (RULER);
+    returns it and the units it used."""
     if task.kind == "freq_words_extraction":
-        return fit_fwe(task, rng, seed=seed, length=length, count=tokens.count, num_words=n)[0]
+        return fit_fwe(task, rng, seed=seed, length=length, count=tokens.count, num_words=n)
     render = _renderer(task, rng, seed=seed, length=length, haystack=haystack, icl=icl)
     inc, budget = increment(task, length), length - task.tokens_to_generate
     while True:
         try:
             rendered = render(n)
             if tokens.count(rendered.text) <= budget:
-                return rendered
+                return rendered, n
         except TooManyWords:
             pass
         if n <= 1 or (task.kind == "variable_tracking" and n <= inc):

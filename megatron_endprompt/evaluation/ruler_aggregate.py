@@ -62,8 +62,8 @@ def render_cwe(task: RulerTask, n: int, rng: random.Random, *, seed: int,
         context, answer = _cwe_example(rng, seed, n, 6, 1, num_cw)
     else:
         shot = _cwe_example(rng, seed, 40, 10, 3, num_cw)
-        context, answer = _cwe_example(rng, seed, n, int(a["freq_cw"]),  # type: ignore[call-overload]
-                                       int(a["freq_ucw"]), num_cw)  # type: ignore[call-overload]
+        freq_cw, freq_ucw = int(a["freq_cw"]), int(a["freq_ucw"])  # type: ignore[call-overload]
+        context, answer = _cwe_example(rng, seed, n, freq_cw, freq_ucw, num_cw)
     shots = template.format(num_cw=num_cw, context=shot[0], query="") + " " + " ".join(
         f"{i + 1}. {w}" for i, w in enumerate(shot[1]))
     text = shots + "\n" + template.format(num_cw=num_cw, context=context, query="")

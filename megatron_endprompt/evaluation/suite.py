@@ -22,7 +22,8 @@ from typing import Any
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
-__all__ = ["EvalConfig", "run_eval", "run_lm_eval_backend", "resolve_tasks", "TASK_GROUPS", "TASK_NAMES",
+__all__ = ["EvalConfig", "run_eval", "run_lm_eval_backend", "resolve_tasks", "TASK_GROUPS",
+           "TASK_NAMES",
            "LEGACY_TASKS", "check_writable"]
 
 LEGACY_TASKS = ("legacy_passkey", "legacy_niah_single", "legacy_niah_multikey",
