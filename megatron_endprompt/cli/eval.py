@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sliding-window stride in tokens (default: 256)")
     p.add_argument("--ppl-doc-tokens", type=int, default=0,
                    help="score only the first N tokens of each document (0 = all)")
+    p.add_argument("--ppl-max-windows", type=int, default=0,
+                   help="at most N windows per length, evenly spread; 0 = all")
+    p.add_argument("--ppl-protocol", choices=("document", "legacy-stream"), default="document",
+                   help="document (PoSE/LongLoRA: per document, BOS, new tokens only) or "
+                        "legacy-stream (the old EOS-joined stream, for old results)")
     p.add_argument("--attn-implementation", default=None,
                    help="passed to from_pretrained, e.g. sdpa, eager, flash_attention_2")
     p.add_argument("--backend", choices=("native", "lm-eval"), default="native",
@@ -127,6 +132,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         dtype=args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"),
         batch_size=args.batch_size, haystack=args.haystack, ppl_data=args.ppl_data,
         ppl_key=args.ppl_key, ppl_stride=args.ppl_stride, ppl_doc_tokens=args.ppl_doc_tokens,
+        ppl_max_windows=args.ppl_max_windows, ppl_protocol=args.ppl_protocol,
         attn_implementation=args.attn_implementation, save_prompts=args.save_prompts,
         progress=not args.no_progress)
 

@@ -26,7 +26,7 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.scoring import PerplexityStats
 
 __all__ = ["load_documents", "tokenize_documents", "doc_windows", "window_tail_nll",
-           "run_doc_perplexity"]
+           "run_doc_perplexity", "count_windows", "run_stream_perplexity"]
 
 
 def load_documents(path: str, *, key: str = "text", flag: str = "--ppl-data") -> list[str]:
@@ -120,25 +120,31 @@ def window_tail_nll(model: Any, ids: Any, new: int, *, chunk: int = 1024) -> flo
         return total
 
 
+def _spread(items: list[Any], cap: int | None) -> list[Any]:
+    """At most ``cap`` of ``items``, evenly spread (all when ``cap`` is falsy)."""
+    if not cap or len(items) <= cap:
+        return items
+    pick = np.linspace(0, len(items) - 1, cap).round().astype(int)
+    return [items[i] for i in pick]
+
+
 def run_doc_perplexity(model: Any, docs: Sequence[np.ndarray], *, length: int, stride: int,
-                       progress: Any = None) -> dict[str, Any]:
+                       max_windows: int | None = None, progress: Any = None) -> dict[str, Any]:
     """PPL@``length`` of the documents (see the module docstring): ``{"ppl", "nll", "tokens",
-    "windows", "docs", "docs_skipped"}`` (``ppl`` ``None`` when it overflows)."""
+    "windows", "docs", "docs_skipped"}`` (``ppl`` ``None`` when it overflows).
+    ``max_windows`` caps the windows (evenly spread over all documents' windows)."""
     import torch
 
     device = next(model.parameters()).device
     stats = PerplexityStats()
-    used = 0
-    for doc in docs:
-        if len(doc) < length:
-            continue
-        used += 1
-        for begin, end, new in doc_windows(len(doc), length, stride):
-            ids = torch.from_numpy(doc[begin:end]).unsqueeze(0).to(device)
-            stats.add(nll_sum=window_tail_nll(model, ids, new), tokens=new)
-            if progress is not None:
-                progress.update(1)
-    out: dict[str, Any] = {"docs": used, "docs_skipped": len(docs) - used}
+    used = [d for d in docs if len(d) >= length]
+    jobs = [(d, w) for d in used for w in doc_windows(len(d), length, stride)]
+    for doc, (begin, end, new) in _spread(jobs, max_windows):
+        ids = torch.from_numpy(doc[begin:end]).unsqueeze(0).to(device)
+        stats.add(nll_sum=window_tail_nll(model, ids, new), tokens=new)
+        if progress is not None:
+            progress.update(1)
+    out: dict[str, Any] = {"docs": len(used), "docs_skipped": len(docs) - len(used)}
     if stats.tokens:
         out.update(stats.as_dict())
     else:
@@ -146,6 +152,36 @@ def run_doc_perplexity(model: Any, docs: Sequence[np.ndarray], *, length: int, s
     return out
 
 
-def count_windows(docs: Sequence[np.ndarray], *, length: int, stride: int) -> int:
+def count_windows(docs: Sequence[np.ndarray], *, length: int, stride: int,
+                  max_windows: int | None = None) -> int:
     """Windows ``run_doc_perplexity`` will run (for a progress bar)."""
-    return sum(len(doc_windows(len(d), length, stride)) for d in docs if len(d) >= length)
+    n = sum(len(doc_windows(len(d), length, stride)) for d in docs if len(d) >= length)
+    return min(n, max_windows) if max_windows else n
+
+
+def run_stream_perplexity(model: Any, tokenizer: Any, docs: Sequence[str], *, length: int,
+                          stride: int, max_windows: int | None = None,
+                          progress: Any = None) -> dict[str, Any]:
+    """The pre-PoSE protocol, kept for old results (``--ppl-protocol legacy-stream``): the
+    documents joined by EOS without BOS into one stream; windows of ``length`` inputs every
+    ``stride`` tokens, every token of every window scored."""
+    import torch
+
+    eos = tokenizer.eos_token_id
+    parts: list[int] = []
+    for ids in tokenizer(list(docs), add_special_tokens=False, verbose=False)["input_ids"]:
+        if parts and eos is not None:
+            parts.append(eos)
+        parts.extend(ids)
+    tokens = np.asarray(parts, dtype=np.int64)
+    starts = _spread(list(range(0, len(tokens) - length, stride)), max_windows)
+    device = next(model.parameters()).device
+    stats = PerplexityStats()
+    for s in starts:
+        ids = torch.from_numpy(tokens[s:s + length + 1]).unsqueeze(0).to(device)
+        stats.add(nll_sum=window_tail_nll(model, ids, length), tokens=length)
+        if progress is not None:
+            progress.update(1)
+    if not stats.tokens:
+        return {"ppl": None, "nll": None, "tokens": 0, "windows": 0}
+    return stats.as_dict()

@@ -65,6 +65,10 @@ class EvalConfig:
     ppl_stride: int = 256
     ppl_doc_tokens: int = 0
     """Score only the first N tokens of each document (0 = all)."""
+    ppl_max_windows: int = 0
+    """At most N windows per length, evenly spread (0 = all)."""
+    ppl_protocol: str = "document"
+    """``document`` (PoSE/LongLoRA) or ``legacy-stream`` (EOS-joined stream, old results)."""
     attn_implementation: str | None = None
     save_prompts: str | None = None
     """JSONL: one line per prompt (task, length, prompt, answer, output, score)."""
@@ -75,9 +79,13 @@ class EvalConfig:
         for name, value, low in (("--samples", self.samples, 1),
                                  ("--batch-size", self.batch_size, 1),
                                  ("--ppl-stride", self.ppl_stride, 1),
-                                 ("--ppl-doc-tokens", self.ppl_doc_tokens, 0)):
+                                 ("--ppl-doc-tokens", self.ppl_doc_tokens, 0),
+                                 ("--ppl-max-windows", self.ppl_max_windows, 0)):
             if value < low:
                 raise UserError(f"{name} must be >= {low} (got {value})")
+        if self.ppl_protocol not in ("document", "legacy-stream"):
+            raise UserError(f"--ppl-protocol {self.ppl_protocol}: use document or "
+                            "legacy-stream")
         if not self.lengths:
             raise UserError("--lengths: give at least one length")
         if not os.path.isdir(self.hf_dir):
@@ -204,13 +212,13 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
         haystack = ruler_sources.load_haystack(cfg.haystack)
     if any(t in SYNTHETIC_TASKS for t in gen_tasks):
         ruler_sources.wonder_words()  # fail early when the word lists are missing
-    docs = None
+    docs = texts = None
     if "ppl" in cfg.tasks:
-        docs = perplexity.tokenize_documents(
-            tokenizer, perplexity.load_documents(cfg.ppl_data or "", key=cfg.ppl_key),
-            max_tokens=cfg.ppl_doc_tokens or None)
+        texts = perplexity.load_documents(cfg.ppl_data or "", key=cfg.ppl_key)
+        docs = perplexity.tokenize_documents(tokenizer, texts,
+                                             max_tokens=cfg.ppl_doc_tokens or None)
         longest = max(len(d) for d in docs)
-        if longest < min(cfg.lengths):
+        if cfg.ppl_protocol == "document" and longest < min(cfg.lengths):
             raise UserError(f"--ppl-data {cfg.ppl_data}: the longest document has {longest} "
                             f"tokens, fewer than the shortest length ({min(cfg.lengths)}); "
                             "give longer documents")
@@ -266,17 +274,27 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                     report.write_tables(results, cfg.output)
             if docs is not None:
                 by_length: dict[str, Any] = {}
+                legacy_ppl = cfg.ppl_protocol == "legacy-stream"
                 results["ppl"] = {"data": cfg.ppl_data, "stride": cfg.ppl_stride,
                                   "doc_tokens": cfg.ppl_doc_tokens or None,
-                                  "protocol": "per document, BOS first, sliding window, "
-                                              "new tokens only (PoSE/LongLoRA)",
+                                  "max_windows": cfg.ppl_max_windows or None,
+                                  "protocol": "legacy: EOS-joined stream, every token" if
+                                  legacy_ppl else "per document, BOS first, sliding window, "
+                                  "new tokens only (PoSE/LongLoRA)",
                                   "by_length": by_length}
+                cap = cfg.ppl_max_windows or None
                 for n in cfg.lengths:
                     bar.set_description(f"ppl@{n}")
-                    bar.total = (bar.total or 0) + perplexity.count_windows(
-                        docs, length=n, stride=cfg.ppl_stride)
-                    by_length[str(n)] = perplexity.run_doc_perplexity(
-                        model, docs, length=n, stride=cfg.ppl_stride, progress=bar)
+                    if legacy_ppl:
+                        by_length[str(n)] = perplexity.run_stream_perplexity(
+                            model, tokenizer, texts or [], length=n, stride=cfg.ppl_stride,
+                            max_windows=cap, progress=bar)
+                    else:
+                        bar.total = (bar.total or 0) + perplexity.count_windows(
+                            docs, length=n, stride=cfg.ppl_stride, max_windows=cap)
+                        by_length[str(n)] = perplexity.run_doc_perplexity(
+                            model, docs, length=n, stride=cfg.ppl_stride, max_windows=cap,
+                            progress=bar)
                     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
                     report.write_tables(results, cfg.output)
     finally:

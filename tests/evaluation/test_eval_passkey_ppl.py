@@ -103,3 +103,28 @@ def test_documents_with_bos(tmp_path, model_and_tok):
     other.write_text("x", encoding="utf-8")
     with pytest.raises(UserError, match="unknown format"):
         perplexity.load_documents(str(other))
+
+
+def test_legacy_stream_and_window_cap(model_and_tok):
+    """--ppl-protocol legacy-stream: the old EOS-joined stream, every token of each window
+    scored; --ppl-max-windows caps the windows of either protocol."""
+    model, tok = model_and_tok
+    texts = ["The sky is blue. " * 12, "The grass is green. " * 12]
+    got = perplexity.run_stream_perplexity(model, tok, texts, length=32, stride=16)
+    a, b = (tok(t, add_special_tokens=False)["input_ids"] for t in texts)
+    stream = np.asarray(a + [tok.eos_token_id] + b)
+    starts = list(range(0, len(stream) - 32, 16))
+    total = 0.0
+    for s in starts:
+        with torch.inference_mode():
+            x = torch.from_numpy(stream[s:s + 33])[None]
+            total += float(F.cross_entropy(model(input_ids=x[:, :-1]).logits[0], x[0, 1:],
+                                           reduction="sum"))
+    assert got["windows"] == len(starts) and got["tokens"] == 32 * len(starts)
+    assert got["nll"] == pytest.approx(total / got["tokens"], rel=1e-5)
+    capped = perplexity.run_stream_perplexity(model, tok, texts, length=32, stride=16,
+                                              max_windows=2)
+    assert capped["windows"] == 2
+    docs = perplexity.tokenize_documents(tok, texts)
+    assert perplexity.run_doc_perplexity(model, docs, length=32, stride=8,
+                                         max_windows=3)["windows"] == 3
