@@ -25,7 +25,7 @@ setup(
         "transformers>=4.45",
         "safetensors>=0.4",
         "psutil>=5.9",
-        "wonderwords>=2.2",  # RULER's word lists (NIAH keys, common words)
+        "wonderwords>=3.0",  # RULER's word lists (NIAH keys, common words)
     ],
     package_data={"megatron_endprompt.evaluation": ["assets/*.txt.gz"]},
     extras_require={
