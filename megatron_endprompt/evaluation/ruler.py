@@ -19,13 +19,14 @@ import random
 from collections.abc import Callable
 
 from megatron_endprompt.evaluation.prompt import PromptSample, TextTokens
-from megatron_endprompt.evaluation.ruler_aggregate import TooManyWords, fit_fwe, render_cwe
+from megatron_endprompt.evaluation.ruler_aggregate import (TooManyWords, fit_fwe, fwe_vocab,
+                                                           render_cwe, render_fwe)
 from megatron_endprompt.evaluation.ruler_niah import (Rendered, render_niah, render_vt,
                                                       vt_icl_example)
 from megatron_endprompt.evaluation.ruler_sources import Haystack
 from megatron_endprompt.evaluation.ruler_spec import RULER_TASKS, RulerTask
 
-__all__ = ["fit_haystack", "make_ruler_samples", "increment"]
+__all__ = ["fit_haystack", "make_ruler_samples", "increment", "check_length"]
 
 Render = Callable[[int], Rendered]
 
@@ -111,6 +112,28 @@ def _vt_icl(task: RulerTask, tokens: TextTokens, seed: int) -> str:
         else:
             upper = mid - 1
     return vt_icl_example(render(best or 5))
+
+
+def check_length(name: str, tokens: TextTokens, *, length: int, seed: int,
+                 haystack: Haystack | None) -> None:
+    """Raise ``ValueError`` when even the smallest haystack of task ``name`` does not fit
+    ``length`` (a cheap check before any model runs)."""
+    task = RULER_TASKS[name]
+    rng = random.Random(f"{seed}:{name}:{length}:check")
+    if task.kind == "freq_words_extraction":
+        text = render_fwe(task, 0, fwe_vocab(rng, seed, 4), seed=seed).text
+        smallest = 0
+    else:
+        icl = _vt_icl(task, tokens, seed) if task.kind == "variable_tracking" else None
+        smallest = int(task.args["num_hops"]) + 1 if task.kind == "variable_tracking" \
+            else 1  # type: ignore[call-overload]
+        text = _renderer(task, rng, seed=seed, length=length, haystack=haystack,
+                         icl=icl)(smallest).text
+    need = tokens.count(text) + task.tokens_to_generate
+    if need > length:
+        raise ValueError(f"{name}: length {length} is too short: the prompt with the smallest "
+                         f"haystack ({smallest} unit(s)) and {task.tokens_to_generate} "
+                         f"generated tokens takes {need}; use a longer length")
 
 
 def make_ruler_samples(name: str, tokens: TextTokens, *, lengths: list[int], samples: int,

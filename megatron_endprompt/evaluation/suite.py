@@ -179,6 +179,34 @@ def _legacy_samples(task: str, length: int, cfg: EvalConfig, legacy: Any) -> lis
                          depth=s.depth) for s in made]
 
 
+def _check_lengths(cfg: EvalConfig, gen_tasks: list[str], text_tokens: Any,
+                   haystack: Any) -> None:
+    """Every RULER / passkey task fits every length (checked before the model loads)."""
+    from megatron_endprompt.evaluation import passkey, ruler
+    from megatron_endprompt.evaluation import tasks as old
+
+    legacy_tokens = None
+    for length in cfg.lengths:
+        try:
+            for task in gen_tasks:
+                if task in SYNTHETIC_TASKS:
+                    ruler.check_length(task, text_tokens, length=length, seed=cfg.seed,
+                                       haystack=haystack)
+                elif task in LEGACY_TASKS:
+                    legacy_tokens = legacy_tokens or old.PromptTokens(text_tokens.tokenizer)
+                    over = old.prompt_overhead(task[len("legacy_"):], legacy_tokens)
+                    if length <= over:
+                        raise ValueError(f"{task}: too short; its prompt without haystack "
+                                         f"takes {over} tokens")
+            if "passkey" in gen_tasks:
+                need = text_tokens.count(passkey.passkey_prompt(50000, 0, 0.5))
+                if need + passkey.MAX_NEW_TOKENS > length:
+                    raise ValueError(f"passkey: length {length} is too short (the prompt "
+                                     f"without garbage takes {need} tokens)")
+        except ValueError as exc:
+            raise UserError(f"--lengths {length}: {exc}") from None
+
+
 def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``cfg`` and write its reports; returns the results dict."""
     from megatron_endprompt.evaluation import report
@@ -222,6 +250,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
             raise UserError(f"--ppl-data {cfg.ppl_data}: the longest document has {longest} "
                             f"tokens, fewer than the shortest length ({min(cfg.lengths)}); "
                             "give longer documents")
+    _check_lengths(cfg, gen_tasks, text_tokens, haystack)
     mpe = meta["max_position_embeddings"]
     long = [n for n in cfg.lengths if mpe and n > mpe]
     if long:

@@ -230,3 +230,20 @@ def test_tool_wrapper_help():
     for flag in ("--hf-dir", "--tasks", "--lengths", "--depths", "--samples", "--seed",
                  "--haystack", "--save-prompts", "--backend", "--ppl-data", "--output"):
         assert flag in proc.stdout
+
+
+def test_too_short_length_fails_before_the_model(tiny_model_dir, tmp_path, run_tool,
+                                                 monkeypatch):
+    """A length too short for one task is refused before any model runs or output is
+    written, even when other tasks at that length would fit."""
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    for tasks, needle in (("niah_single_1,vt", "vt: length 1024 is too short"),
+                          ("passkey", "passkey: length 60 is too short"),
+                          ("legacy_passkey", "legacy_passkey: too short")):
+        length = "60" if "passkey" in tasks else "1024"
+        rc, _, err = run_tool(eval_cli.main, [
+            "--hf-dir", tiny_model_dir, "--tasks", tasks, "--lengths", length,
+            "--output", tmp_path / "r.json", "--save-prompts", tmp_path / "p.jsonl",
+            "--no-progress"])
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(tmp_path / "r.json") and not os.path.exists(tmp_path / "p.jsonl")
