@@ -81,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: The RULER subset the demo runs at L/2 and L: every synthetic task but ``vt``, whose
-#: in-context example alone needs ~1.2K tokens under the demo's 512-piece tokenizer.
-DEMO_RULER_TASKS = ("niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,"
-                    "niah_multikey_3,niah_multivalue,niah_multiquery,cwe,fwe")
+#: The RULER subset the demo runs at L/2 and L (one prompt each, 128 generated tokens for
+#: NIAH): retrieval on the noise, essay and distractor-needle haystacks, multi-value, and both
+#: aggregation tasks. ``vt`` is left out: its in-context example alone needs ~1.2K tokens
+#: under the demo's 512-piece tokenizer.
+DEMO_RULER_TASKS = "niah_single_1,niah_single_2,niah_multikey_2,niah_multivalue,cwe,fwe"
 
 
 def _long_documents(corpus: str, path: str, *, per_doc: int = 40) -> str:
