@@ -76,11 +76,14 @@ def tokenize_documents(tokenizer: Any, docs: Sequence[str], *,
 
 def doc_windows(n_tokens: int, length: int, stride: int) -> list[tuple[int, int, int]]:
     """``(begin, end, new)`` per window of a document of ``n_tokens`` tokens: the window is
-    ``ids[begin:end]`` and scores its last ``new`` next-token predictions."""
+    ``ids[begin:end]`` and scores its last ``new`` next-token predictions. A window never
+    starts after the previous window's last token (with ``stride >= length`` it starts there),
+    so its first new token has context in the window and every token is scored once."""
     if stride < 1 or length < 2:
         raise ValueError("stride >= 1 and length >= 2")
     out, prev_end, begin = [], 1, 0  # token 0 (BOS) is never a target
     while prev_end < n_tokens:
+        begin = min(begin, prev_end - 1)
         end = min(begin + length, n_tokens)
         if end > prev_end:
             out.append((begin, end, end - prev_end))
@@ -104,6 +107,8 @@ def window_tail_nll(model: Any, ids: Any, new: int, *, chunk: int = 1024) -> flo
     import torch.nn.functional as F
 
     t = ids.shape[1]
+    if not 0 < new < t:
+        raise ValueError(f"a window of {t} tokens can score 1..{t - 1} targets, not {new}")
     targets = ids[:, t - new:]
     with torch.inference_mode():
         if _needs_full_logits(model):

@@ -42,11 +42,12 @@ def test_passkey_too_short(hf_tokenizer):
 
 
 def test_doc_windows_score_every_token_once():
-    for n, length, stride in ((10, 4, 2), (100, 30, 7), (31, 30, 5), (5, 30, 256)):
+    for n, length, stride in ((10, 4, 2), (100, 30, 7), (31, 30, 5), (5, 30, 256),
+                              (50, 8, 8), (50, 8, 20)):  # stride >= length: no token lost
         wins = perplexity.doc_windows(n, length, stride)
         scored = []
         for begin, end, new in wins:
-            assert end - begin <= length and new <= end - begin - (1 if begin == 0 else 0)
+            assert end - begin <= length and new <= end - begin - 1  # first token: context
             scored += list(range(end - new, end))
         assert scored == list(range(1, n))  # each target once, BOS (index 0) never
     assert perplexity.doc_windows(10, 4, 2)[:3] == [(0, 4, 3), (2, 6, 2), (4, 8, 2)]
