@@ -193,12 +193,22 @@ class LongEvaluator:
 
         device = torch.device("cuda", torch.cuda.current_device()) if \
             torch.cuda.is_available() else torch.device("cpu")
-        n = len(tokens)
-        ids = torch.tensor(tokens, dtype=torch.int64, device=device)[None]
+        # sequence parallelism splits the sequence over TP, CP into 2 * cp chunks: pad at the
+        # end (causal attention: padding never reaches the scored positions), mask it out
+        from megatron.training import get_args
+
+        tp, cp = (mpu.get_tensor_model_parallel_world_size(),
+                  mpu.get_context_parallel_world_size())
+        multiple = math.lcm(tp if getattr(get_args(), "sequence_parallel", False) else 1,
+                            2 * cp if cp > 1 else 1)
+        real = len(tokens)
+        n = real + (-real) % multiple
+        ids = torch.zeros(1, n, dtype=torch.int64, device=device)
+        ids[0, :real] = torch.tensor(tokens, dtype=torch.int64, device=device)
         labels = torch.zeros_like(ids)
-        labels[:, :-1] = ids[:, 1:]
+        labels[:, :real - 1] = ids[:, 1:real]
         mask = torch.zeros(1, n, dtype=torch.float32, device=device)
-        mask[:, score_from - 1:n - 1] = 1.0
+        mask[:, score_from - 1:real - 1] = 1.0
         batch = {"tokens": ids, "labels": labels, "loss_mask": mask,
                  "position_ids": torch.arange(n, device=device)[None]}
         if mpu.get_context_parallel_world_size() > 1:
