@@ -37,12 +37,12 @@ def run_lm_eval(*, hf_dir: str, tasks: list[str], lengths: list[int], device: st
         raise UserError("--backend lm-eval needs lm-evaluation-harness: pip install "
                         "'megatron-endprompt[lm-eval]' (or pip install lm-eval)") from None
     names = lm_eval_task_names(tasks)
-    # lm-eval's RULER draws its own sample count per length; ``samples`` is not passed on
     metadata: dict[str, Any] = {"max_seq_lengths": list(lengths), "pretrained": hf_dir}
     out = lm_eval.simple_evaluate(
         model="hf",
         model_args={"pretrained": hf_dir, "dtype": dtype, "max_length": max(lengths)},
         tasks=names, batch_size=batch_size, device=device, metadata=metadata,
+        limit=samples * len(lengths) if samples else None,  # lm-eval: documents per task
         random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed)
     if not out or "results" not in out:
         raise UserError("--backend lm-eval: lm-eval returned no results (is the model "
