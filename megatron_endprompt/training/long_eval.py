@@ -132,6 +132,13 @@ class LongEvaluator:
                 return [v]
         return []
 
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` with exactly one BOS first (when the tokenizer has one): Megatron's
+        HF tokenizer already adds it, SentencePiece does not."""
+        bos = self._bos()
+        ids = list(self._tokenizer().tokenize(text))
+        return ids if not bos or ids[:1] == bos else bos + ids
+
     def documents(self) -> list[np.ndarray]:
         """Token ids per held-out document, BOS first (read once)."""
         if self._docs is None:
@@ -141,32 +148,33 @@ class LongEvaluator:
 
                 ds = IndexedDataset(str(self.data))
                 docs = [np.asarray(ds[i], dtype=np.int64) for i in range(len(ds))]
+                docs = [d if bos and d[:1].tolist() == bos else
+                        np.concatenate([np.asarray(bos, dtype=np.int64), d]) for d in docs]
             else:
                 from megatron_endprompt.evaluation.perplexity import load_documents
 
-                tok = self._tokenizer()
-                docs = [np.asarray(tok.tokenize(t), dtype=np.int64)
+                docs = [np.asarray(self.encode(t), dtype=np.int64)
                         for t in load_documents(str(self.data),
                                                 flag="--endprompt-long-eval-data")]
-            self._docs = [np.concatenate([np.asarray(bos, dtype=np.int64), d]) for d in docs]
+            self._docs = docs
         return self._docs
 
     def passkey_prompts(self, length: int) -> list[tuple[list[int], list[int]]]:
         """``(prompt ids, answer ids)`` per depth; prompt + answer fit ``length``."""
         from megatron_endprompt.evaluation.passkey import passkey_prompt
 
-        tok, bos = self._tokenizer(), self._bos()
+        bos = self._bos()
         out = []
         depths = [0.5] if self.samples == 1 else list(np.linspace(0, 1, self.samples))
         for i, depth in enumerate(depths):
             key = random.Random(f"{self.seed}:long-eval:{length}:{i}").randint(1, 50000)
 
             def ids(n: int) -> tuple[list[int], list[int]]:
-                prompt = bos + list(tok.tokenize(passkey_prompt(key, n, float(depth))))
-                full = bos + list(tok.tokenize(passkey_prompt(key, n, float(depth))
-                                               + f" {key}"))
-                if full[:len(prompt)] != prompt:
-                    return prompt, list(tok.tokenize(f" {key}"))
+                text = passkey_prompt(key, n, float(depth))
+                prompt, full = self.encode(text), self.encode(text + f" {key}")
+                if full[:len(prompt)] != prompt:  # the key merged with the prompt's end
+                    answer = self.encode(f" {key}")
+                    return prompt, answer[len(bos):] if answer[:len(bos)] == bos else answer
                 return prompt, full[len(prompt):]
 
             lo, hi, best = 0, 8 * length, None

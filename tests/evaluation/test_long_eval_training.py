@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 
 import pytest
@@ -139,3 +140,37 @@ def _offline_ppl_matches(data, work, console):
         assert got["docs"] == 2 and got["tokens"] == 2 * (n - 1)
         assert got["ppl"] == pytest.approx(console[f"ppl@{n}"], rel=2e-5)
     assert os.path.isfile(os.path.join(hf, "config.json"))
+
+
+class _Tok:
+    """A word-level stand-in for Megatron tokenizers: ``adds_bos`` as Megatron's HF tokenizer
+    (BOS put before every tokenized text), else as SentencePiece (none)."""
+
+    bos, vocab_size = 1, 1000
+
+    def __init__(self, adds_bos):
+        self.adds_bos = adds_bos
+
+    def tokenize(self, text):
+        ids = [2 + (hash(w) % 900) for w in text.split(" ") if w]
+        return [self.bos] + ids if self.adds_bos else ids
+
+
+@pytest.mark.parametrize("adds_bos", [True, False])
+def test_one_bos_whatever_the_tokenizer(tmp_path, monkeypatch, adds_bos):
+    """Documents and passkey prompts start with exactly one BOS, fit the length, and the
+    answer is the key."""
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps({"text": "word " * 300}) + "\n", encoding="utf-8")
+    ev = LongEvaluator(_args(endprompt_long_eval_tasks="ppl,passkey",
+                             endprompt_long_eval_data=str(held),
+                             endprompt_long_eval_samples=3))
+    tok = _Tok(adds_bos)
+    monkeypatch.setattr(ev, "_tokenizer", lambda: tok)
+    (doc,) = ev.documents()
+    assert doc[0] == 1 and doc[1] != 1 and len(doc) == 301
+    for i, (prompt, answer) in enumerate(ev.passkey_prompts(200)):
+        assert prompt[0] == 1 and prompt[1] != 1 and len(prompt) + len(answer) <= 200
+        key = random.Random(f"1:long-eval:200:{i}").randint(1, 50000)
+        assert answer == [2 + hash(str(key)) % 900]  # teacher-forced: the key's token(s)
+        assert len(prompt) + len(answer) > 180  # filled by garbage up to the length
