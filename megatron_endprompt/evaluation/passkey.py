@@ -83,7 +83,7 @@ def make_passkey_samples(tokens: TextTokens, *, lengths: list[int], depths: list
                     c -= 8
                 text = passkey_prompt(key, c, depth)
                 out.append(PromptSample(task="passkey", length=length, index=index,
-                                        input_ids=tokens.encode(text), answers=(str(key),),
+                                        input_ids=tokens.array(text), answers=(str(key),),
                                         metric="passkey_exact", max_new_tokens=MAX_NEW_TOKENS,
                                         prompt=text, depth=depth,
                                         extra={"garbage_chars": c}))

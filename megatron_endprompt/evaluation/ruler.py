@@ -157,7 +157,7 @@ def make_ruler_samples(name: str, tokens: TextTokens, *, lengths: list[int], sam
             rng = random.Random(f"{seed}:{name}:{length}:{index}")
             rendered, used = _sample(task, rng, n, tokens, seed=seed, length=length,
                                      haystack=haystack, icl=icl)
-            ids = tokens.encode(rendered.text)
+            ids = tokens.array(rendered.text)
             assert len(ids) + task.tokens_to_generate <= length, (name, length, len(ids))
             out.append(PromptSample(task=name, length=length, index=index, input_ids=ids,
                                     answers=rendered.answers, metric=task.metric,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.prompt import PromptSample
 from megatron_endprompt.evaluation.scoring import score
@@ -60,7 +62,7 @@ def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tok
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+        ids[i, width - len(p):] = torch.as_tensor(np.asarray(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     eos = list(eos_ids)
     config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=False,
@@ -117,7 +119,7 @@ def run_generation(model: Any, tokenizer: Any, samples: Sequence[PromptSample], 
             for i, s, out in zip(idxs[b:b + batch_size], batch, outs, strict=True):
                 pred = tokenizer.decode(out[:s.max_new_tokens], skip_special_tokens=True)
                 prompt = s.prompt if s.prompt is not None else tokenizer.decode(
-                    list(s.input_ids), skip_special_tokens=True)
+                    [int(t) for t in s.input_ids], skip_special_tokens=True)
                 records[i] = {
                     "task": s.task, "length": s.length, "index": s.index, "depth": s.depth,
                     "prompt": prompt, "prompt_tokens": len(s.input_ids),

@@ -298,6 +298,8 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                                                    "prompt", "answer", "output", "score")}))
                                                + "\n")
                         prompts_file.flush()
+                    for r in recs:  # prompts are long: keep them only in --save-prompts
+                        r.pop("prompt", None)
                     results.update(report.summarize(records, haystack, cfg.depths))
                     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
                     report.write_tables(results, cfg.output)
