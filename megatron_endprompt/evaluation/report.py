@@ -74,9 +74,9 @@ def summarize(records: Sequence[dict[str, Any]], haystack: Any,
             entry["by_depth"] = {str(n): {depth_key(d): _pct(
                 [r["score"] for r in recs if r["length"] == n and r["depth"] is not None
                  and _nearest(r["depth"], depths) == d]) for d in depths} for n in lengths}
-        entry["samples"] = [{k: r.get(k) for k in ("length", "index", "depth", "answer",
-                                                   "output", "score", "prompt_tokens")}
-                            for r in recs]
+        # compact per-sample scores; prompts and outputs go to --save-prompts
+        entry["samples"] = [{k: r.get(k) for k in ("length", "index", "depth", "score",
+                                                   "prompt_tokens")} for r in recs]
         tasks[task] = entry
     ruler_tasks = [t for t in tasks if tasks[t]["ruler"]]
     out: dict[str, Any] = {"tasks": tasks}
