@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["add_long_eval_args", "long_eval_hook", "LongEvaluator"]
+__all__ = ["add_long_eval_args", "long_eval_hook", "LongEvaluator", "mask_padding",
+           "pick_global_argmax"]
 
 
 def add_long_eval_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -301,11 +302,8 @@ def _reduce(batch: dict[str, Any], mode: str, vocab: int, logits: Any,
     from megatron.core import parallel_state as mpu
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
-    logits = logits.float()
-    v_local = logits.shape[-1]
-    start = mpu.get_tensor_model_parallel_rank() * v_local
-    pad = torch.arange(start, start + v_local, device=logits.device) >= vocab
-    logits = logits.masked_fill(pad, float("-inf"))
+    start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
+    logits = mask_padding(logits.float(), start, vocab)
     mask, labels = batch["loss_mask"], batch["labels"]
     if mode == "nll":
         loss = vocab_parallel_cross_entropy(logits.transpose(0, 1).contiguous(),
@@ -320,10 +318,23 @@ def _reduce(batch: dict[str, Any], mode: str, vocab: int, logits: Any,
         idxs = [torch.empty_like(idx) for _ in range(tp)]
         torch.distributed.all_gather(bests, best.contiguous(), group=group)
         torch.distributed.all_gather(idxs, idx.contiguous(), group=group)
-        pick = torch.stack(bests).argmax(dim=0)  # first (lowest-vocab) rank on ties
-        idx = torch.stack(idxs).gather(0, pick[None])[0]
+        idx = pick_global_argmax(torch.stack(bests), torch.stack(idxs))
     correct = (idx == labels).float() * mask
     return correct.sum(), mask.sum()
+
+
+def mask_padding(logits: torch.Tensor, start: int, vocab: int) -> torch.Tensor:
+    """``logits [..., V/tp]`` of the vocabulary shard starting at id ``start``, with the ids
+    ``>= vocab`` (Megatron's vocabulary padding, which the export removes) set to ``-inf``."""
+    ids = torch.arange(start, start + logits.shape[-1], device=logits.device)
+    return logits.masked_fill(ids >= vocab, float("-inf"))
+
+
+def pick_global_argmax(bests: torch.Tensor, idxs: torch.Tensor) -> torch.Tensor:
+    """The argmax over the whole vocabulary from each TP rank's maximum ``bests [tp, ...]``
+    and its global id ``idxs [tp, ...]``: the largest value, the lowest rank on ties (so the
+    lowest id, as ``torch.argmax`` over the full logits)."""
+    return idxs.gather(0, bests.argmax(dim=0)[None])[0]
 
 
 def _log(results: dict[str, float | None], iteration: int) -> None:

@@ -174,3 +174,24 @@ def test_one_bos_whatever_the_tokenizer(tmp_path, monkeypatch, adds_bos):
         key = random.Random(f"1:long-eval:200:{i}").randint(1, 50000)
         assert answer == [2 + hash(str(key)) % 900]  # teacher-forced: the key's token(s)
         assert len(prompt) + len(answer) > 180  # filled by garbage up to the length
+
+
+def test_tp_argmax_equals_full_argmax_and_padding_is_masked():
+    """What the TP ranks' shards give: the full-vocabulary argmax (ties to the lowest id),
+    padded ids never chosen."""
+    import torch
+
+    from megatron_endprompt.training.long_eval import mask_padding, pick_global_argmax
+
+    g = torch.Generator().manual_seed(0)
+    full = torch.randint(0, 4, (2, 7, 12), generator=g).float()  # many ties
+    full[..., 10:] = 100.0  # padding (vocab 10 of 12) would win if not masked
+    tp, v = 3, 4
+    bests, idxs = [], []
+    for r in range(tp):
+        shard = mask_padding(full[..., r * v:(r + 1) * v], r * v, 10)
+        b, i = shard.max(dim=-1)
+        bests.append(b)
+        idxs.append(i + r * v)
+    got = pick_global_argmax(torch.stack(bests), torch.stack(idxs))
+    assert torch.equal(got, full[..., :10].argmax(dim=-1))
