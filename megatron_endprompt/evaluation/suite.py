@@ -304,30 +304,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
                     report.write_tables(results, cfg.output)
             if docs is not None:
-                by_length: dict[str, Any] = {}
-                legacy_ppl = cfg.ppl_protocol == "legacy-stream"
-                results["ppl"] = {"data": cfg.ppl_data, "stride": cfg.ppl_stride,
-                                  "doc_tokens": cfg.ppl_doc_tokens or None,
-                                  "max_windows": cfg.ppl_max_windows or None,
-                                  "protocol": "legacy: EOS-joined stream, every token" if
-                                  legacy_ppl else "per document, BOS first, sliding window, "
-                                  "new tokens only (PoSE/LongLoRA)",
-                                  "by_length": by_length}
-                cap = cfg.ppl_max_windows or None
-                for n in cfg.lengths:
-                    bar.set_description(f"ppl@{n}")
-                    if legacy_ppl:
-                        by_length[str(n)] = perplexity.run_stream_perplexity(
-                            model, tokenizer, texts or [], length=n, stride=cfg.ppl_stride,
-                            max_windows=cap, progress=bar)
-                    else:
-                        bar.total = (bar.total or 0) + perplexity.count_windows(
-                            docs, length=n, stride=cfg.ppl_stride, max_windows=cap)
-                        by_length[str(n)] = perplexity.run_doc_perplexity(
-                            model, docs, length=n, stride=cfg.ppl_stride, max_windows=cap,
-                            progress=bar)
-                    results["meta"]["elapsed_s"] = round(time.time() - start, 2)
-                    report.write_tables(results, cfg.output)
+                _run_ppl(cfg, model, tokenizer, texts or [], docs, results, bar, start)
     finally:
         if prompts_file is not None:
             prompts_file.close()
@@ -355,6 +332,36 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
     results["written"] = report.write_tables(results, cfg.output)
     return results
+
+
+def _run_ppl(cfg: EvalConfig, model: Any, tokenizer: Any, texts: list[str], docs: list[Any],
+             results: dict[str, Any], bar: Any, start: float) -> None:
+    """Perplexity at every length into ``results["ppl"]``, tables rewritten after each."""
+    from megatron_endprompt.evaluation import perplexity, report
+
+    by_length: dict[str, Any] = {}
+    legacy_ppl = cfg.ppl_protocol == "legacy-stream"
+    results["ppl"] = {"data": cfg.ppl_data, "stride": cfg.ppl_stride,
+                      "doc_tokens": cfg.ppl_doc_tokens or None,
+                      "max_windows": cfg.ppl_max_windows or None,
+                      "protocol": "legacy: EOS-joined stream, every token" if legacy_ppl
+                      else "per document, BOS first, sliding window, new tokens only "
+                      "(PoSE/LongLoRA)",
+                      "by_length": by_length}
+    cap = cfg.ppl_max_windows or None
+    for n in cfg.lengths:
+        bar.set_description(f"ppl@{n}")
+        if legacy_ppl:
+            by_length[str(n)] = perplexity.run_stream_perplexity(
+                model, tokenizer, texts, length=n, stride=cfg.ppl_stride, max_windows=cap,
+                progress=bar)
+        else:
+            bar.total = (bar.total or 0) + perplexity.count_windows(
+                docs, length=n, stride=cfg.ppl_stride, max_windows=cap)
+            by_length[str(n)] = perplexity.run_doc_perplexity(
+                model, docs, length=n, stride=cfg.ppl_stride, max_windows=cap, progress=bar)
+        results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+        report.write_tables(results, cfg.output)
 
 
 def replace(cfg: EvalConfig, **changes: Any) -> EvalConfig:

@@ -261,3 +261,21 @@ def test_too_short_length_fails_before_the_model(tiny_model_dir, tmp_path, run_t
             "--no-progress"])
         assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not os.path.exists(tmp_path / "r.json") and not os.path.exists(tmp_path / "p.jsonl")
+
+
+def test_legacy_prompts_and_stream_ppl_by_name(tiny_model_dir, ppl_jsonl, tmp_path, run_tool):
+    """The pre-RULER prompts and the old stream PPL run only when named (as
+    ``make replicate`` does for its published table)."""
+    rc, out, err = run_tool(eval_cli.main, [
+        "--hf-dir", tiny_model_dir, "--tasks", "legacy_passkey,legacy_niah_single,ppl",
+        "--lengths", "400", "--depths", "0,1", "--samples", "1", "--ppl-data", ppl_jsonl,
+        "--ppl-protocol", "legacy-stream", "--ppl-max-windows", "2",
+        "--output", tmp_path / "old.json", "--no-progress"])
+    assert rc == 0, err
+    res = json.loads((tmp_path / "old.json").read_text())
+    assert list(res["tasks"]) == ["legacy_passkey", "legacy_niah_single"]
+    assert not res["tasks"]["legacy_passkey"]["ruler"] and "ruler" not in res
+    assert all(s["prompt_tokens"] == 400 for s in res["tasks"]["legacy_passkey"]["samples"])
+    ppl = res["ppl"]
+    assert ppl["protocol"].startswith("legacy") and ppl["by_length"]["400"]["windows"] == 2
+    assert ppl["by_length"]["400"]["tokens"] == 2 * 400
