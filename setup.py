@@ -25,12 +25,16 @@ setup(
         "transformers>=4.45",
         "safetensors>=0.4",
         "psutil>=5.9",
+        "wonderwords>=3.0",  # RULER's word lists (NIAH keys, common words)
     ],
+    package_data={"megatron_endprompt.evaluation": ["assets/*.txt.gz"]},
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],
         # Transformer Engine comes from NVIDIA's wheels or the NGC container; apex is built
         # from source (github.com/NVIDIA/apex) - it is not the PyPI "apex".
         "gpu": ["transformer-engine[pytorch]>=2.0"],
+        # lm-evaluation-harness's full 13-task RULER (--backend lm-eval; downloads its data)
+        "lm-eval": ["lm-eval>=0.4.8"],
     },
     entry_points={
         "console_scripts": [

@@ -297,11 +297,15 @@ def main(argv: list[str] | None = None) -> int:
                             "--target-length", str(L), "--pi-factor", str(float(ratio)),
                             "--overwrite", "--no-progress"])
         ev = w(f"eval_{m}.json")
-        tool(evaluate.main, ["--hf-dir", hf, "--tasks", c["tasks"], "--lengths", c["lengths"],
+        # the published table used the pre-RULER prompts and the stream PPL: name them
+        legacy = ",".join(f"legacy_{t}" if t in ("passkey", "niah_single") else t
+                          for t in c["tasks"].split(","))
+        tool(evaluate.main, ["--hf-dir", hf, "--tasks", legacy, "--lengths", c["lengths"],
                              "--depths", c["depths"], "--samples", str(c["samples"]),
                              "--seed", "1234", "--device", "cpu", "--batch-size", "4",
                              "--ppl-data", w("ppl.jsonl"), "--ppl-max-windows",
-                             str(c["ppl_windows"]), "--output", ev, "--no-progress"])
+                             str(c["ppl_windows"]), "--ppl-protocol", "legacy-stream",
+                             "--output", ev, "--no-progress"])
         with open(ev, encoding="utf-8") as f:
             entry["eval"] = _eval_summary(json.load(f))
         entry["wall_s"] = round(time.time() - t1, 1)
@@ -323,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _eval_summary(ev: dict) -> dict:
     """Accuracy per task and length (fractions), PPL per length, from the eval tool's JSON."""
-    out = {task: dict(s["accuracy"]) for task, s in ev.get("retrieval", {}).items()}
+    out = {task.removeprefix("legacy_"): {n: None if v is None else v / 100
+                                          for n, v in s["scores"].items()}
+           for task, s in ev.get("tasks", {}).items()}
     if "ppl" in ev:
         out["ppl"] = {n: (e["ppl"] if e else None) for n, e in ev["ppl"]["by_length"].items()}
     return out

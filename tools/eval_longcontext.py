@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Long-context evaluation (passkey, NIAH, perplexity) of an HF model directory. See ``--help``."""
+"""Long-context evaluation (RULER's synthetic tasks, passkey, perplexity) of an HF model
+directory. See ``--help``."""
 
 import os
 import sys

@@ -1,7 +1,9 @@
-"""Long-context evaluation of an HF causal LM: passkey retrieval, a RULER-style
-needle-in-a-haystack family and sliding-window perplexity (``tools/eval_longcontext.py``).
+"""Long-context evaluation of an HF causal LM (``tools/eval_longcontext.py``).
 
-``tasks`` builds prompts of an exact token length, ``scoring`` scores them, ``runner`` runs the
-model (batched greedy generation, chunked perplexity) and ``report`` writes JSON, markdown and
-PNGs.
+``ruler_spec`` carries RULER's task definitions; ``ruler_niah``/``ruler_aggregate`` render its
+prompts and ``ruler`` fits them to a length (RULER's protocol); ``passkey`` is the
+landmark-attention prompt; ``perplexity`` the per-document PoSE/LongLoRA protocol; ``runner``
+loads and runs the model; ``scoring`` and ``report`` score and write; ``suite`` is the
+pipeline (``EvalConfig`` + ``run_eval``); ``lm_eval_backend`` hands RULER to
+lm-evaluation-harness. ``tasks`` holds the pre-RULER prompts (``legacy_*`` tasks).
 """

@@ -13,10 +13,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 from megatron_endprompt.evaluation.scoring import mean_score
 
-__all__ = ["depth_key", "summarize_retrieval", "markdown_table", "plot_heatmap", "plot_ppl",
-           "output_paths", "write_reports"]
+__all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
+           "output_paths", "write_tables", "write_reports"]
 
 
 def depth_key(depth: float) -> str:
@@ -24,61 +25,120 @@ def depth_key(depth: float) -> str:
     return f"{depth:g}"
 
 
-def summarize_retrieval(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per task: accuracy per length, accuracy per (length, depth), and the sample records."""
-    out: dict[str, dict[str, Any]] = {}
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf) replaced by ``None`` (JSON ``null``),
+    recursively through dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def _pct(vals: list[float]) -> float | None:
+    """RULER's task score: mean per-prediction score x 100, rounded to 2 decimals."""
+    m = mean_score(vals)
+    return None if m is None else round(100 * m, 2)
+
+
+def _nearest(depth: float, grid: Sequence[float]) -> float:
+    return min(grid, key=lambda g: (abs(g - depth), g))
+
+
+def summarize(records: Sequence[dict[str, Any]], haystack: Any,
+              depths: Sequence[float]) -> dict[str, Any]:
+    """``{"tasks": ..., "ruler": ...}`` of the records so far.
+
+    Per task: score per length (0-100), score per (length, depth) where the task has needles
+    (RULER's needle depths binned to the nearest of ``depths``), whether it is exact RULER,
+    its haystack, and the per-sample outputs. ``ruler``: the average over the RULER tasks run,
+    per length and overall, and which tasks are exact or used the substitute haystack."""
+    tasks: dict[str, Any] = {}
     for task in dict.fromkeys(r["task"] for r in records):
         recs = [r for r in records if r["task"] == task]
         lengths = list(dict.fromkeys(r["length"] for r in recs))
-        depths = list(dict.fromkeys(r["depth"] for r in recs))
-        out[task] = {
-            "accuracy": {str(n): mean_score(r["score"] for r in recs if r["length"] == n)
-                         for n in lengths},
-            "by_depth": {str(n): {depth_key(d): mean_score(
-                r["score"] for r in recs if r["length"] == n and r["depth"] == d)
-                for d in depths} for n in lengths},
-            "samples": list(recs),
+        is_ruler = task in SYNTHETIC_TASKS
+        essay = task in ESSAY_TASKS
+        entry: dict[str, Any] = {
+            "ruler": is_ruler,
+            "exact_ruler": is_ruler and not (essay and haystack is not None
+                                             and haystack.substitute),
+            "haystack": (("substitute haystack: " if haystack.substitute else "")
+                         + haystack.source) if essay and haystack is not None else None,
+            "scores": {str(n): _pct([r["score"] for r in recs if r["length"] == n])
+                       for n in lengths},
+        }
+        if any(r["depth"] is not None for r in recs) and depths:
+            entry["by_depth"] = {str(n): {depth_key(d): _pct(
+                [r["score"] for r in recs if r["length"] == n and r["depth"] is not None
+                 and _nearest(r["depth"], depths) == d]) for d in depths} for n in lengths}
+        # compact per-sample scores; prompts and outputs go to --save-prompts
+        entry["samples"] = [{k: r.get(k) for k in ("length", "index", "depth", "score",
+                                                   "prompt_tokens")} for r in recs]
+        tasks[task] = entry
+    ruler_tasks = [t for t in tasks if tasks[t]["ruler"]]
+    out: dict[str, Any] = {"tasks": tasks}
+    if ruler_tasks:
+        lengths = list(dict.fromkeys(r["length"] for r in records if r["task"] in ruler_tasks))
+        avg = {}
+        for n in lengths:
+            vals = [tasks[t]["scores"].get(str(n)) for t in ruler_tasks]
+            vals = [v for v in vals if v is not None]
+            avg[str(n)] = round(sum(vals) / len(vals), 2) if vals else None
+        have = [v for v in avg.values() if v is not None]
+        out["ruler"] = {
+            "tasks_run": ruler_tasks,
+            "exact_ruler_tasks": [t for t in ruler_tasks if tasks[t]["exact_ruler"]],
+            "substitute_haystack_tasks": [t for t in ruler_tasks if not tasks[t]["exact_ruler"]],
+            "average": avg,
+            "average_over_lengths": round(sum(have) / len(have), 2) if have else None,
+            "note": "average of RULER task scores (string_match_all x 100) over the tasks run; "
+                    "comparable to published RULER tables only over the same tasks",
         }
     return out
 
 
-def _fmt_acc(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}"
+def _fmt_score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 def _fmt_ppl(entry: dict[str, Any] | None) -> str:
-    if entry is None:
+    if entry is None or entry.get("ppl") is None:
         return "n/a"
     v = entry["ppl"]
-    return "inf" if v is None else (f"{v:.2f}" if v < 1e4 else f"{v:.3g}")
+    return f"{v:.2f}" if v < 1e4 else f"{v:.3g}"
 
 
 def markdown_table(results: dict[str, Any]) -> str:
-    """One row per task (accuracy in %, or perplexity), one column per length."""
+    """One row per task (score in %, or perplexity), one column per length."""
     lengths = [int(n) for n in results["meta"]["lengths"]]
     head = "| task | " + " | ".join(str(n) for n in lengths) + " |"
     rows = [head, "|" + "---|" * (len(lengths) + 1)]
-    retrieval = results.get("retrieval", {})
-    for task, summ in retrieval.items():
-        cells = [_fmt_acc(summ["accuracy"].get(str(n))) for n in lengths]
-        rows.append(f"| {task} (acc %) | " + " | ".join(cells) + " |")
-    niah = [t for t in retrieval if t.startswith("niah_")]
-    if len(niah) > 1:
-        cells = []
-        for n in lengths:
-            vals = [retrieval[t]["accuracy"].get(str(n)) for t in niah]
-            vals = [v for v in vals if v is not None]
-            cells.append(_fmt_acc(sum(vals) / len(vals) if vals else None))
-        rows.append("| niah mean (acc %) | " + " | ".join(cells) + " |")
+    for task, summ in results.get("tasks", {}).items():
+        mark = "" if not summ["ruler"] else (" (RULER)" if summ["exact_ruler"]
+                                             else " (RULER, substitute haystack)")
+        cells = [_fmt_score(summ["scores"].get(str(n))) for n in lengths]
+        rows.append(f"| {task}{mark} | " + " | ".join(cells) + " |")
+    ruler = results.get("ruler")
+    if ruler:
+        cells = [_fmt_score(ruler["average"].get(str(n))) for n in lengths]
+        rows.append(f"| RULER average ({len(ruler['tasks_run'])} tasks) | "
+                    + " | ".join(cells) + " |")
     if "ppl" in results:
         by_len = results["ppl"]["by_length"]
         rows.append("| ppl | " + " | ".join(_fmt_ppl(by_len.get(str(n))) for n in lengths)
                     + " |")
     meta = results["meta"]
     note = (f"\nModel `{meta['hf_dir']}` (max_position_embeddings "
-            f"{meta.get('max_position_embeddings')}), {meta['samples']} sample(s) per "
-            f"length x depth, seed {meta['seed']}, {meta['dtype']} on {meta['device']}.\n")
-    return "\n".join(rows) + "\n" + note
+            f"{meta.get('max_position_embeddings')}), {meta['samples']} sample(s) per task x "
+            f"length, seed {meta['seed']}, {meta['dtype']} on {meta['device']}.")
+    if meta.get("haystack"):
+        h = meta["haystack"]
+        note += (f" Essay haystack: {h['source']}"
+                 + (" (substitute for RULER's Paul Graham essays)." if h["substitute"] else "."))
+    return "\n".join(rows) + "\n" + note + "\n"
 
 
 def _pyplot() -> Any:
@@ -91,10 +151,10 @@ def _pyplot() -> Any:
 
 
 def plot_heatmap(results: dict[str, Any], path: str) -> None:
-    """The NIAH picture: one panel per retrieval task, depth (rows, 0 = top of the context)
-    by length (columns), colour = accuracy."""
+    """The NIAH picture: one panel per task with needles, depth (rows, 0 = top of the context)
+    by length (columns), colour = score."""
     plt = _pyplot()
-    retrieval = results["retrieval"]
+    retrieval = {t: s for t, s in results["tasks"].items() if "by_depth" in s}
     tasks = list(retrieval)
     lengths = [int(n) for n in results["meta"]["lengths"]]
     depths = [float(d) for d in results["meta"]["depths"]]
@@ -109,11 +169,11 @@ def plot_heatmap(results: dict[str, Any], path: str) -> None:
         grid = [[retrieval[task]["by_depth"].get(str(n), {}).get(depth_key(d)) for n in lengths]
                 for d in depths]
         data = [[math.nan if v is None else v for v in row] for row in grid]
-        image = ax.imshow(data, cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
+        image = ax.imshow(data, cmap="RdYlGn", vmin=0.0, vmax=100.0, aspect="auto")
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
                 if v is not None:
-                    ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=7)
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=45, fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths], fontsize=7)
         ax.set_title(task, fontsize=9)
@@ -122,7 +182,7 @@ def plot_heatmap(results: dict[str, Any], path: str) -> None:
     for k in range(len(tasks), rows * cols):
         axes[k // cols][k % cols].axis("off")
     if image is not None:
-        fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
+        fig.colorbar(image, ax=axes.ravel().tolist(), label="score (%)", shrink=0.8)
     fig.suptitle(os.path.basename(os.path.normpath(results["meta"]["hf_dir"])), fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -146,7 +206,8 @@ def plot_ppl(results: dict[str, Any], path: str) -> None:
     ax.ticklabel_format(axis="y", useOffset=False, style="plain")
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("perplexity")
-    ax.set_title(f"sliding-window PPL (stride {results['ppl']['stride']})", fontsize=10)
+    ax.set_title(f"per-document sliding-window PPL (stride {results['ppl']['stride']})",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -167,19 +228,25 @@ def _atomic_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_reports(results: dict[str, Any], json_path: str) -> list[str]:
-    """Write every report of ``results``; returns the paths written."""
+def write_tables(results: dict[str, Any], json_path: str) -> list[str]:
+    """Write the JSON (non-finite numbers as null) and markdown of ``results`` atomically."""
     paths = output_paths(json_path)
     os.makedirs(os.path.dirname(os.path.abspath(paths["json"])), exist_ok=True)
-    written = []
-    _atomic_text(paths["json"], json.dumps(results, indent=2, allow_nan=False) + "\n")
-    written.append(paths["json"])
-    _atomic_text(paths["md"], markdown_table(results))
-    written.append(paths["md"])
-    if results.get("retrieval"):
-        plot_heatmap(results, paths["niah_png"])
+    clean = finite({k: v for k, v in results.items() if k != "written"})
+    _atomic_text(paths["json"], json.dumps(clean, indent=2, allow_nan=False) + "\n")
+    _atomic_text(paths["md"], markdown_table(clean))
+    return [paths["json"], paths["md"]]
+
+
+def write_reports(results: dict[str, Any], json_path: str) -> list[str]:
+    """Write every report of ``results`` (tables, heatmap, PPL plot); returns the paths."""
+    paths = output_paths(json_path)
+    written = write_tables(results, json_path)
+    clean = finite(results)
+    if any("by_depth" in s for s in clean.get("tasks", {}).values()):
+        plot_heatmap(clean, paths["niah_png"])
         written.append(paths["niah_png"])
-    if "ppl" in results:
-        plot_ppl(results, paths["ppl_png"])
+    if "ppl" in clean:
+        plot_ppl(clean, paths["ppl_png"])
         written.append(paths["ppl_png"])
     return written

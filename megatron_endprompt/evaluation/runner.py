@@ -1,28 +1,18 @@
-"""Running an HF causal LM: loading from disk, batched greedy generation for the retrieval
-tasks, and sliding-window perplexity.
-
-Perplexity follows PoSE/LongLoRA: windows of ``length`` tokens start every ``stride`` tokens of
-the evaluation token stream; every token of every window is scored (next-token NLL), and the
-result is ``exp(mean token NLL)``. Logits are computed in chunks of positions from the final
-hidden states, so a 128K-token window of a 128K-vocabulary model never materialises a full
-``length x vocab`` float32 tensor.
-"""
+"""Running an HF causal LM: loading from disk and batched greedy generation of the prompt
+tasks (RULER, passkey). Perplexity lives in ``perplexity``."""
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.evaluation.scoring import PerplexityStats, score
-from megatron_endprompt.evaluation.tasks import Sample
+from megatron_endprompt.evaluation.prompt import PromptSample
+from megatron_endprompt.evaluation.scoring import score
 
-__all__ = ["load_model", "load_tokenizer", "greedy_generate", "run_retrieval",
-           "load_ppl_tokens", "window_starts", "window_nll", "run_perplexity"]
+__all__ = ["load_model", "load_tokenizer", "greedy_generate", "run_generation"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -72,7 +62,7 @@ def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tok
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+        ids[i, width - len(p):] = torch.as_tensor(np.asarray(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     eos = list(eos_ids)
     config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=False,
@@ -105,12 +95,15 @@ def _pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def run_retrieval(model: Any, tokenizer: Any, samples: Sequence[Sample], *, batch_size: int,
-                  progress: Any = None) -> list[dict[str, Any]]:
-    """Generate and score every sample; returns one record per sample, in input order.
+def run_generation(model: Any, tokenizer: Any, samples: Sequence[PromptSample], *,
+                   batch_size: int, progress: Any = None) -> list[dict[str, Any]]:
+    """Greedily continue and score every sample; one record per sample, in input order:
+    ``task, length, index, depth, prompt, answer, output, score`` (+ the sample's ``extra``).
 
-    Batches hold prompts of one task and length (so equal lengths: no padding in practice).
-    ``progress`` (a tqdm bar or ``None``) is advanced by one per sample.
+    Batches hold prompts of one task and length (RULER's prompts of one length differ by a
+    few tokens: left padding with an attention mask). The output is decoded without special
+    tokens and scored on RULER's post-processed text. ``progress`` (tqdm or ``None``) advances
+    by one per sample.
     """
     pad, eos = _pad_id(tokenizer), _eos_ids(model, tokenizer)
     groups: dict[tuple[str, int], list[int]] = {}
@@ -125,112 +118,14 @@ def run_retrieval(model: Any, tokenizer: Any, samples: Sequence[Sample], *, batc
                                    pad_id=pad, eos_ids=eos)
             for i, s, out in zip(idxs[b:b + batch_size], batch, outs, strict=True):
                 pred = tokenizer.decode(out[:s.max_new_tokens], skip_special_tokens=True)
+                prompt = s.prompt if s.prompt is not None else tokenizer.decode(
+                    [int(t) for t in s.input_ids], skip_special_tokens=True)
                 records[i] = {
-                    "task": s.task, "length": s.length, "depth": s.depth, "index": s.index,
-                    "needle_depths": [round(d, 6) for d in s.needle_depths],
-                    "answers": list(s.answers), "prediction": pred,
-                    "score": score(s.metric, pred, s.answers),
+                    "task": s.task, "length": s.length, "index": s.index, "depth": s.depth,
+                    "prompt": prompt, "prompt_tokens": len(s.input_ids),
+                    "answer": list(s.answers), "output": pred,
+                    "score": score(s.metric, pred, s.answers), **s.extra,
                 }
             if progress is not None:
                 progress.update(len(batch))
     return [r for r in records if r is not None]
-
-
-def load_ppl_tokens(path: str, tokenizer: Any, *, key: str = "text") -> np.ndarray:
-    """The evaluation token stream of a ``.txt`` file (one document) or a ``.jsonl`` file
-    (documents in field ``key``, joined with EOS when the tokenizer has one)."""
-    if not os.path.isfile(path):
-        raise UserError(f"--ppl-data {path}: no such file; give a .txt or .jsonl file")
-    docs: list[str] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            if path.endswith(".jsonl"):
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        doc = json.loads(line)[key]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise UserError(f"--ppl-data {path}:{n}: not a JSON object with a "
-                                        f"string field {key!r} (set --ppl-key)") from None
-                    if not isinstance(doc, str):
-                        raise UserError(f"--ppl-data {path}:{n}: field {key!r} is not a string")
-                    docs.append(doc)
-            elif path.endswith(".txt"):
-                docs.append(f.read())
-            else:
-                raise UserError(f"--ppl-data {path}: unknown format; give a .txt or .jsonl "
-                                "file")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"--ppl-data {path}: not UTF-8 text ({exc.reason})") from None
-    eos = tokenizer.eos_token_id
-    parts: list[np.ndarray] = []
-    for b in range(0, len(docs), 256):
-        enc = tokenizer(docs[b:b + 256], add_special_tokens=False, verbose=False)["input_ids"]
-        for ids in enc:
-            if parts and eos is not None:
-                parts.append(np.array([eos], dtype=np.int64))
-            parts.append(np.asarray(ids, dtype=np.int64))
-    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    if len(tokens) < 2:
-        raise UserError(f"--ppl-data {path}: no text to score")
-    return tokens
-
-
-def window_starts(n_tokens: int, length: int, stride: int,
-                  max_windows: int | None = None) -> list[int]:
-    """Starts of the windows of ``length`` inputs (+1 target) every ``stride`` tokens; at most
-    ``max_windows``, evenly spread over the stream when capped."""
-    starts = list(range(0, n_tokens - length, stride))
-    if max_windows and len(starts) > max_windows:
-        pick = np.linspace(0, len(starts) - 1, max_windows).round().astype(int)
-        starts = [starts[i] for i in pick]
-    return starts
-
-
-def _needs_full_logits(model: Any) -> bool:
-    cfg = model.config
-    return bool(getattr(cfg, "final_logit_softcapping", None)
-                or getattr(cfg, "logit_scale", None)
-                or model.get_output_embeddings() is None)
-
-
-def window_nll(model: Any, inputs: Any, targets: Any, *, chunk: int = 1024) -> Any:
-    """Summed next-token NLL (float64, shape ``(batch,)``) of ``targets`` given ``inputs``
-    (both ``(batch, length)`` on the model's device)."""
-    import torch
-    import torch.nn.functional as F
-
-    def nll(logits: Any, tgt: Any) -> Any:
-        return F.cross_entropy(logits.float().transpose(1, 2), tgt,
-                               reduction="none").double().sum(-1)
-
-    with torch.inference_mode():
-        if _needs_full_logits(model):
-            return nll(model(input_ids=inputs, use_cache=False).logits, targets)
-        hidden = model.get_decoder()(input_ids=inputs, use_cache=False).last_hidden_state
-        head = model.get_output_embeddings()
-        total = torch.zeros(inputs.shape[0], dtype=torch.float64, device=inputs.device)
-        for s in range(0, inputs.shape[1], chunk):
-            total += nll(head(hidden[:, s:s + chunk]), targets[:, s:s + chunk])
-        return total
-
-
-def run_perplexity(model: Any, tokens: np.ndarray, *, length: int, stride: int,
-                   batch_size: int, max_windows: int | None = None,
-                   progress: Any = None) -> PerplexityStats:
-    """Sliding-window perplexity at ``length`` (see the module docstring)."""
-    import torch
-
-    device = next(model.parameters()).device
-    starts = window_starts(len(tokens), length, stride, max_windows)
-    stats = PerplexityStats()
-    for b in range(0, len(starts), batch_size):
-        rows = np.stack([tokens[s:s + length + 1] for s in starts[b:b + batch_size]])
-        batch = torch.from_numpy(rows).to(device)
-        sums = window_nll(model, batch[:, :-1], batch[:, 1:])
-        stats.add(nll_sum=float(sums.sum()), tokens=int(rows.shape[0] * length),
-                  windows=int(rows.shape[0]))
-        if progress is not None:
-            progress.update(rows.shape[0])
-    return stats

@@ -8,7 +8,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["parse_first_integer", "passkey_exact", "string_match_all", "score",
+__all__ = ["parse_first_integer", "passkey_exact", "string_match_all", "string_match_part",
+           "ruler_postprocess", "score",
            "mean_score", "PerplexityStats", "aggregate_perplexity", "METRICS"]
 
 _INT = re.compile(r"\d+")
@@ -27,21 +28,36 @@ def passkey_exact(prediction: str, answer: str) -> float:
     return 1.0 if got is not None and got == int(answer) else 0.0
 
 
-def _clean(prediction: str) -> str:
-    """RULER-style post-processing: control characters become newlines, ends stripped."""
-    return _NONPRINT.sub("\n", prediction).strip()
+def ruler_postprocess(prediction: str) -> str:
+    """RULER ``scripts/eval/evaluate.py`` ``postprocess_pred``: strip, control characters
+    (``[\\x00-\\x1f]``) become newlines, strip again."""
+    return _NONPRINT.sub("\n", prediction.strip()).strip()
+
+
+_clean = ruler_postprocess
 
 
 def string_match_all(prediction: str, references: Sequence[str]) -> float:
-    """Fraction of ``references`` contained (case-insensitively) in ``prediction``."""
+    """RULER ``scripts/eval/synthetic/constants.py`` ``string_match_all`` for one prediction:
+    the fraction of ``references`` contained (case-insensitively) in it. RULER's task score is
+    the mean over predictions x 100, rounded to 2 decimals."""
     if not references:
         raise ValueError("string_match_all needs at least one reference")
     pred = _clean(prediction).lower()
     return sum(1.0 for r in references if r.lower() in pred) / len(references)
 
 
+def string_match_part(prediction: str, references: Sequence[str]) -> float:
+    """RULER ``string_match_part`` for one prediction: 1.0 when any reference is contained
+    (case-insensitively) in it (RULER's QA metric)."""
+    if not references:
+        raise ValueError("string_match_part needs at least one reference")
+    pred = _clean(prediction).lower()
+    return max(1.0 if r.lower() in pred else 0.0 for r in references)
+
+
 METRICS = {"passkey_exact": lambda pred, refs: passkey_exact(pred, refs[0]),
-           "string_match_all": string_match_all}
+           "string_match_all": string_match_all, "string_match_part": string_match_part}
 
 
 def score(metric: str, prediction: str, references: Sequence[str]) -> float:

@@ -1,4 +1,5 @@
-"""Retrieval prompts of an exact token length: passkey and a RULER-style NIAH family.
+"""The pre-RULER retrieval prompts (``legacy_*`` tasks: inline passkey needle, a generated
+grammar haystack, prompts of exactly ``length`` tokens), kept for comparing old results.
 
 Prompts are built in token ids of the evaluated model's tokenizer, never by re-tokenizing long
 text: every text piece (task intro, filler sentences, needles, question) is tokenized once, then

@@ -15,6 +15,8 @@ import os
 from typing import Any
 
 from megatron_endprompt.window import EndPromptWindow
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.training.long_eval import add_long_eval_args
 
 
 def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -35,6 +37,7 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                    help="refuse data prefixes without a sidecar (no plain replay data)")
     g.add_argument("--endprompt-loss-log", default=None, metavar="DIR",
                    help="write exact per-micro-batch loss terms to DIR/rank*.jsonl (debugging)")
+    add_long_eval_args(parser)
     return parser
 
 

@@ -81,8 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")
     cfg = pretrain_cfg_container_from_args(args)
+    from megatron_endprompt.training.long_eval import long_eval_hook
+
     pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
-             model_provider=model_provider)
+             model_provider=model_provider, non_loss_data_func=long_eval_hook(args))
 
 
 if __name__ == "__main__":

@@ -93,10 +93,11 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ppl_jsonl(tmp_path_factory):
-    """A JSONL text file (essay sentences, ~3k words) for the perplexity task."""
+    """A PG19-style JSONL file for the perplexity task: three documents of essay sentences
+    (~2-3K tokens each under the test tokenizers)."""
     path = tmp_path_factory.mktemp("ppl") / "ppl.jsonl"
     pool = tasks._essay_pool()
     with open(path, "w", encoding="utf-8") as f:
-        for d in range(6):
-            f.write(json.dumps({"text": " ".join(pool[d * 40:(d + 1) * 40])}) + "\n")
+        for d in range(3):
+            f.write(json.dumps({"text": " ".join(pool[d * 200:(d + 1) * 200])}) + "\n")
     return str(path)

@@ -75,30 +75,60 @@ def _records():
             for i, s in enumerate((1.0, 0.0) if depth == 1.0 and length == 200 else (1.0, 1.0)):
                 out.append({"task": "passkey", "length": length, "depth": depth, "index": i,
                             "score": s})
-            out.append({"task": "niah_single", "length": length, "depth": depth, "index": 0,
-                        "score": 0.5})
-            out.append({"task": "niah_multikey", "length": length, "depth": depth, "index": 0,
+            out.append({"task": "niah_single_1", "length": length, "depth": depth * 0.9,
+                        "index": 0, "score": 0.5})
+            out.append({"task": "niah_single_2", "length": length, "depth": depth, "index": 0,
                         "score": 0.0})
+        out.append({"task": "cwe", "length": length, "depth": None, "index": 0,
+                    "score": 0.25})
     return out
 
 
+class _Hay:
+    substitute, source = True, "builtin:shakespeare (public domain)"
+
+
 def test_summary_and_markdown():
-    summ = report.summarize_retrieval(_records())
-    assert summ["passkey"]["accuracy"] == {"100": 1.0, "200": 0.75}
-    assert summ["passkey"]["by_depth"]["200"] == {"0": 1.0, "1": 0.5}
-    assert summ["niah_single"]["accuracy"] == {"100": 0.5, "200": 0.5}
+    got = report.summarize(_records(), _Hay(), [0.0, 1.0])
+    summ, ruler = got["tasks"], got["ruler"]
+    assert summ["passkey"]["scores"] == {"100": 100.0, "200": 75.0}  # RULER-style percent
+    assert summ["passkey"]["by_depth"]["200"] == {"0": 100.0, "1": 50.0}
+    assert not summ["passkey"]["ruler"] and summ["passkey"]["exact_ruler"] is False
+    assert summ["niah_single_1"]["by_depth"]["100"] == {"0": 50.0, "1": 50.0}  # 0.9 -> 1
+    assert summ["niah_single_1"]["exact_ruler"] and not summ["niah_single_2"]["exact_ruler"]
+    assert summ["niah_single_2"]["haystack"].startswith("substitute haystack: builtin:")
+    assert "by_depth" not in summ["cwe"]
+    assert ruler["tasks_run"] == ["niah_single_1", "niah_single_2", "cwe"]
+    assert ruler["exact_ruler_tasks"] == ["niah_single_1", "cwe"]
+    assert ruler["substitute_haystack_tasks"] == ["niah_single_2"]
+    assert ruler["average"] == {"100": 25.0, "200": 25.0}  # (50 + 0 + 25) / 3
     results = {"meta": {"hf_dir": "m", "lengths": [100, 200], "depths": [0.0, 1.0],
                         "samples": 2, "seed": 0, "dtype": "float32", "device": "cpu",
                         "max_position_embeddings": 128},
-               "retrieval": summ,
+               **got,
                "ppl": {"stride": 8, "by_length": {"100": {"ppl": 12.345, "nll": 2.5,
                                                           "tokens": 1, "windows": 1},
-                                                  "200": None}}}
+                                                  "200": {"ppl": float("inf")}}}}
     md = report.markdown_table(results).splitlines()
     assert md[0] == "| task | 100 | 200 |"
-    assert "| passkey (acc %) | 100.0 | 75.0 |" in md
-    assert "| niah mean (acc %) | 25.0 | 25.0 |" in md
-    assert "| ppl | 12.35 | n/a |" in md
+    assert "| passkey | 100.0 | 75.0 |" in md
+    assert "| niah_single_1 (RULER) | 50.0 | 50.0 |" in md
+    assert "| niah_single_2 (RULER, substitute haystack) | 0.0 | 0.0 |" in md
+    assert "| RULER average (3 tasks) | 25.0 | 25.0 |" in md
+    assert "| ppl | 12.35 | inf |" in md or "| ppl | 12.35 | n/a |" in md
+    assert report.finite(results)["ppl"]["by_length"]["200"]["ppl"] is None
+    assert report.finite({"a": [float("nan"), 1.0, (float("-inf"),)]}) == {"a": [None, 1.0,
+                                                                               [None]]}
     assert report.output_paths("/x/res.json") == {
         "json": "/x/res.json", "md": "/x/res.md", "niah_png": "/x/res_niah.png",
         "ppl_png": "/x/res_ppl.png"}
+
+
+def test_string_match_part_as_ruler():
+    """RULER: part = any reference contained (max), all = fraction contained (mean)."""
+    from megatron_endprompt.evaluation.scoring import string_match_part
+    refs = ["Paris", "the capital"]
+    assert string_match_part(" paris, France", refs) == 1.0
+    assert string_match_part(" Lyon", refs) == 0.0
+    assert string_match_all(" paris, France", refs) == 0.5
+    assert string_match_part("\n\t Paris\x00 ", ["paris"]) == 1.0

@@ -1,0 +1,369 @@
+"""The evaluation pipeline of ``tools/eval_longcontext.py``: validate, build prompts, run the
+model, score, and write the reports as each task x length finishes.
+
+``EvalConfig`` holds every choice (the CLI only parses flags into it); ``run_eval(config)``
+runs it and returns the results dict that ``report`` writes. Outputs are checked to be
+writable before anything runs; the JSON and markdown are rewritten (atomically) after every
+task x length, so an interrupted 64K run keeps what finished; non-finite numbers are written as
+``null``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
+
+__all__ = ["EvalConfig", "run_eval", "run_lm_eval_backend", "resolve_tasks", "TASK_GROUPS",
+           "TASK_NAMES",
+           "LEGACY_TASKS", "check_writable"]
+
+LEGACY_TASKS = ("legacy_passkey", "legacy_niah_single", "legacy_niah_multikey",
+                "legacy_niah_multivalue", "legacy_niah_multiquery")
+TASK_GROUPS: dict[str, tuple[str, ...]] = {
+    "ruler": SYNTHETIC_TASKS,
+    "ruler_niah": tuple(t for t in SYNTHETIC_TASKS if t.startswith("niah_")),
+    "legacy": LEGACY_TASKS,
+}
+TASK_NAMES: tuple[str, ...] = (*TASK_GROUPS, *SYNTHETIC_TASKS, "passkey", "ppl", *LEGACY_TASKS)
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    """One evaluation run of an HF model directory."""
+
+    hf_dir: str
+    """HF model directory (config, weights, tokenizer), read from disk only."""
+    output: str
+    """``FILE.json``; ``FILE.md`` and ``FILE_*.png`` go beside it."""
+    lengths: list[int]
+    """Evaluation lengths in tokens (prompt + generated tokens never exceed one)."""
+    tasks: list[str] = field(default_factory=lambda: list(SYNTHETIC_TASKS))
+    """Task names (groups already expanded): RULER names, ``passkey``, ``ppl``, ``legacy_*``."""
+    depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    """Passkey (and legacy) needle depths; RULER tasks place needles as RULER does."""
+    samples: int = 5
+    """Prompts per task x length (x depth for passkey)."""
+    seed: int = 42
+    """RULER's default ``--random_seed``."""
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 1
+    haystack: str | None = None
+    """Essay haystack file; ``None`` = the shipped public-domain substitute."""
+    ppl_data: str | None = None
+    """PG19-style ``.jsonl`` (or one ``.txt`` document) for ``ppl``."""
+    ppl_key: str = "text"
+    ppl_stride: int = 256
+    ppl_doc_tokens: int = 0
+    """Score only the first N tokens of each document (0 = all)."""
+    ppl_max_windows: int = 0
+    """At most N windows per length, evenly spread (0 = all)."""
+    ppl_protocol: str = "document"
+    """``document`` (PoSE/LongLoRA) or ``legacy-stream`` (EOS-joined stream, old results)."""
+    attn_implementation: str | None = None
+    save_prompts: str | None = None
+    """JSONL: one line per prompt (task, length, prompt, answer, output, score)."""
+    progress: bool = True
+
+    def validate(self) -> None:
+        """Raise ``UserError`` naming the flag for every inconsistent choice."""
+        for name, value, low in (("--samples", self.samples, 1),
+                                 ("--batch-size", self.batch_size, 1),
+                                 ("--ppl-stride", self.ppl_stride, 1),
+                                 ("--ppl-doc-tokens", self.ppl_doc_tokens, 0),
+                                 ("--ppl-max-windows", self.ppl_max_windows, 0)):
+            if value < low:
+                raise UserError(f"{name} must be >= {low} (got {value})")
+        if self.ppl_protocol not in ("document", "legacy-stream"):
+            raise UserError(f"--ppl-protocol {self.ppl_protocol}: use document or "
+                            "legacy-stream")
+        if not self.lengths:
+            raise UserError("--lengths: give at least one length")
+        if not os.path.isdir(self.hf_dir):
+            raise UserError(f"--hf-dir {self.hf_dir}: no such directory")
+        if not os.path.isfile(os.path.join(self.hf_dir, "config.json")):
+            raise UserError(f"--hf-dir {self.hf_dir}: no config.json; give an HF model "
+                            "directory (e.g. the converter's output)")
+        if "ppl" in self.tasks and not self.ppl_data:
+            raise UserError("--tasks ppl needs --ppl-data FILE (PG19-style .jsonl or .txt)")
+        if self.output.endswith((".md", ".png")):
+            raise UserError(f"--output {self.output}: give the JSON path (FILE.json)")
+
+
+def resolve_tasks(text: str) -> list[str]:
+    """Comma list of task names and groups -> task names (groups expanded, order kept)."""
+    out: list[str] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if item not in TASK_NAMES:
+            raise UserError(f"--tasks: unknown task {item!r}; choose from "
+                            f"{', '.join(TASK_NAMES)}")
+        out.extend(TASK_GROUPS.get(item, (item,)))
+    if not out:
+        raise UserError("--tasks: give at least one task")
+    return list(dict.fromkeys(out))
+
+
+def check_writable(path: str, flag: str) -> None:
+    """Fail before any work when ``path`` cannot be written (its folder is created)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".write-test-{os.getpid()}")
+        with open(probe, "w", encoding="utf-8"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write there ({exc.strerror}); choose a "
+                        "writable path") from None
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a directory; give a file path")
+
+
+def _model_meta(hf_dir: str) -> dict[str, Any]:
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--hf-dir {hf_dir}: cannot read config.json ({exc})") from None
+    rope = getattr(cfg, "rope_parameters", None) or {
+        "rope_theta": getattr(cfg, "rope_theta", None),
+        "rope_scaling": getattr(cfg, "rope_scaling", None)}
+    try:
+        json.dumps(rope)
+    except TypeError:
+        rope = str(rope)
+    return {"model_type": getattr(cfg, "model_type", None), "rope": rope,
+            "max_position_embeddings": getattr(cfg, "max_position_embeddings", None)}
+
+
+def _prompts(task: str, length: int, cfg: EvalConfig, text_tokens: Any, legacy: Any,
+             haystack: Any) -> list[Any]:
+    """The prompt samples of one task at one length."""
+    from megatron_endprompt.evaluation import passkey, ruler
+
+    try:
+        if task in SYNTHETIC_TASKS:
+            return ruler.make_ruler_samples(task, text_tokens, lengths=[length],
+                                            samples=cfg.samples, seed=cfg.seed,
+                                            haystack=haystack)
+        if task == "passkey":
+            return passkey.make_passkey_samples(text_tokens, lengths=[length],
+                                                depths=cfg.depths, samples=cfg.samples,
+                                                seed=cfg.seed)
+        return _legacy_samples(task, length, cfg, legacy)
+    except ValueError as exc:
+        raise UserError(f"--lengths {length}: {exc}") from None
+
+
+def _legacy_samples(task: str, length: int, cfg: EvalConfig, legacy: Any) -> list[Any]:
+    """The pre-RULER prompts (inline passkey needle, grammar haystack), kept under
+    ``legacy_*`` names for comparison with old results."""
+    from megatron_endprompt.evaluation import tasks as old
+    from megatron_endprompt.evaluation.prompt import PromptSample
+
+    name = task[len("legacy_"):]
+    made = old.make_samples(name, legacy["tokens"], lengths=[length], depths=cfg.depths,
+                            samples=cfg.samples, seed=cfg.seed, fillers=legacy["fillers"])
+    return [PromptSample(task=task, length=s.length, index=s.index, input_ids=s.input_ids,
+                         answers=s.answers, metric=s.metric, max_new_tokens=s.max_new_tokens,
+                         depth=s.depth) for s in made]
+
+
+def _check_lengths(cfg: EvalConfig, gen_tasks: list[str], text_tokens: Any,
+                   haystack: Any) -> None:
+    """Every RULER / passkey task fits every length (checked before the model loads)."""
+    from megatron_endprompt.evaluation import passkey, ruler
+    from megatron_endprompt.evaluation import tasks as old
+
+    legacy_tokens = None
+    for length in cfg.lengths:
+        try:
+            for task in gen_tasks:
+                if task in SYNTHETIC_TASKS:
+                    ruler.check_length(task, text_tokens, length=length, seed=cfg.seed,
+                                       haystack=haystack)
+                elif task in LEGACY_TASKS:
+                    legacy_tokens = legacy_tokens or old.PromptTokens(text_tokens.tokenizer)
+                    over = old.prompt_overhead(task[len("legacy_"):], legacy_tokens)
+                    if length <= over:
+                        raise ValueError(f"{task}: too short; its prompt without haystack "
+                                         f"takes {over} tokens")
+            if "passkey" in gen_tasks:
+                need = text_tokens.count(passkey.passkey_prompt(50000, 0, 0.5))
+                if need + passkey.MAX_NEW_TOKENS > length:
+                    raise ValueError(f"passkey: length {length} is too short (the prompt "
+                                     f"without garbage takes {need} tokens)")
+        except ValueError as exc:
+            raise UserError(f"--lengths {length}: {exc}") from None
+
+
+def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run ``cfg`` and write its reports; returns the results dict."""
+    from megatron_endprompt.evaluation import report
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    cfg.validate()
+    paths = report.output_paths(cfg.output)
+    check_writable(paths["json"], "--output")
+    if cfg.save_prompts:
+        check_writable(cfg.save_prompts, "--save-prompts")
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {cfg.device}: CUDA is not available here; use "
+                            "--device cpu")
+    meta = _model_meta(cfg.hf_dir)
+
+    import transformers
+
+    from megatron_endprompt.evaluation import perplexity, ruler_sources, runner
+    from megatron_endprompt.evaluation.prompt import TextTokens
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    tokenizer = runner.load_tokenizer(cfg.hf_dir)
+    text_tokens = TextTokens(tokenizer)
+    gen_tasks = [t for t in cfg.tasks if t != "ppl"]
+    haystack = None
+    if any(t in ESSAY_TASKS for t in gen_tasks):
+        haystack = ruler_sources.load_haystack(cfg.haystack)
+    if any(t in SYNTHETIC_TASKS for t in gen_tasks):
+        ruler_sources.wonder_words()  # fail early when the word lists are missing
+    docs = texts = None
+    if "ppl" in cfg.tasks:
+        texts = perplexity.load_documents(cfg.ppl_data or "", key=cfg.ppl_key)
+        docs = perplexity.tokenize_documents(tokenizer, texts,
+                                             max_tokens=cfg.ppl_doc_tokens or None)
+        longest = max(len(d) for d in docs)
+        if cfg.ppl_protocol == "document" and longest < min(cfg.lengths):
+            raise UserError(f"--ppl-data {cfg.ppl_data}: the longest document has {longest} "
+                            f"tokens, fewer than the shortest length ({min(cfg.lengths)}); "
+                            "give longer documents")
+    _check_lengths(cfg, gen_tasks, text_tokens, haystack)
+    mpe = meta["max_position_embeddings"]
+    long = [n for n in cfg.lengths if mpe and n > mpe]
+    if long:
+        log(f"warning: --lengths {','.join(map(str, long))} exceed the model's "
+            f"max_position_embeddings ({mpe}); evaluating anyway")
+    legacy: dict[str, Any] = {}
+    if any(t in LEGACY_TASKS for t in gen_tasks):
+        from megatron_endprompt.evaluation import tasks as old
+
+        legacy = {"tokens": old.PromptTokens(tokenizer), "fillers": {}}
+
+    import torch
+    from tqdm import tqdm
+
+    torch.manual_seed(cfg.seed)
+    start = time.time()
+    model = runner.load_model(cfg.hf_dir, device=cfg.device, dtype=cfg.dtype,
+                              attn_implementation=cfg.attn_implementation)
+    results: dict[str, Any] = {"meta": {
+        "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "depths": cfg.depths,
+        "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
+        "batch_size": cfg.batch_size, "chat_template": "base (none, as RULER for base models)",
+        **meta}}
+    if haystack is not None:
+        results["meta"]["haystack"] = {"source": haystack.source,
+                                       "substitute": haystack.substitute}
+    prompts_file = open(cfg.save_prompts, "w", encoding="utf-8") if cfg.save_prompts else None
+    records: list[dict[str, Any]] = []
+    try:
+        with tqdm(disable=not cfg.progress, desc="eval", unit="prompt", file=sys.stderr,
+                  dynamic_ncols=True) as bar:
+            for task in gen_tasks:
+                for length in cfg.lengths:
+                    bar.set_description(f"{task}@{length} prompts")
+                    samples = _prompts(task, length, cfg, text_tokens, legacy, haystack)
+                    bar.total = (bar.total or 0) + len(samples)
+                    bar.set_description(f"{task}@{length}")
+                    recs = runner.run_generation(model, tokenizer, samples,
+                                                 batch_size=cfg.batch_size, progress=bar)
+                    records.extend(recs)
+                    if prompts_file is not None:
+                        for r in recs:
+                            prompts_file.write(json.dumps(report.finite(
+                                {k: r[k] for k in ("task", "length", "index", "depth",
+                                                   "prompt", "answer", "output", "score")}))
+                                               + "\n")
+                        prompts_file.flush()
+                    for r in recs:  # prompts are long: keep them only in --save-prompts
+                        r.pop("prompt", None)
+                    results.update(report.summarize(records, haystack, cfg.depths))
+                    results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+                    report.write_tables(results, cfg.output)
+            if docs is not None:
+                _run_ppl(cfg, model, tokenizer, texts or [], docs, results, bar, start)
+    finally:
+        if prompts_file is not None:
+            prompts_file.close()
+    results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+    results["written"] = report.write_reports(results, cfg.output)
+    return results
+
+
+def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
+    """``--backend lm-eval``: lm-evaluation-harness's RULER on ``cfg.hf_dir`` (task names as
+    lm-eval's, ``ruler`` = its 13-task group); writes the JSON and markdown."""
+    from megatron_endprompt.evaluation import report
+    from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval
+
+    cfg.validate()
+    check_writable(report.output_paths(cfg.output)["json"], "--output")
+    start = time.time()
+    results: dict[str, Any] = {"meta": {
+        "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "samples": cfg.samples,
+        "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype, "backend": "lm-eval",
+        **_model_meta(cfg.hf_dir)}}
+    results.update(run_lm_eval(hf_dir=cfg.hf_dir, tasks=cfg.tasks, lengths=cfg.lengths,
+                               device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
+                               samples=cfg.samples, seed=cfg.seed))
+    results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+    results["written"] = report.write_tables(results, cfg.output)
+    return results
+
+
+def _run_ppl(cfg: EvalConfig, model: Any, tokenizer: Any, texts: list[str], docs: list[Any],
+             results: dict[str, Any], bar: Any, start: float) -> None:
+    """Perplexity at every length into ``results["ppl"]``, tables rewritten after each."""
+    from megatron_endprompt.evaluation import perplexity, report
+
+    by_length: dict[str, Any] = {}
+    legacy_ppl = cfg.ppl_protocol == "legacy-stream"
+    results["ppl"] = {"data": cfg.ppl_data, "stride": cfg.ppl_stride,
+                      "doc_tokens": cfg.ppl_doc_tokens or None,
+                      "max_windows": cfg.ppl_max_windows or None,
+                      "protocol": "legacy: EOS-joined stream, every token" if legacy_ppl
+                      else "per document, BOS first, sliding window, new tokens only "
+                      "(PoSE/LongLoRA)",
+                      "by_length": by_length}
+    cap = cfg.ppl_max_windows or None
+    for n in cfg.lengths:
+        bar.set_description(f"ppl@{n}")
+        if legacy_ppl:
+            by_length[str(n)] = perplexity.run_stream_perplexity(
+                model, tokenizer, texts, length=n, stride=cfg.ppl_stride, max_windows=cap,
+                progress=bar)
+        else:
+            bar.total = (bar.total or 0) + perplexity.count_windows(
+                docs, length=n, stride=cfg.ppl_stride, max_windows=cap)
+            by_length[str(n)] = perplexity.run_doc_perplexity(
+                model, docs, length=n, stride=cfg.ppl_stride, max_windows=cap, progress=bar)
+        results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+        report.write_tables(results, cfg.output)
+
+
+def replace(cfg: EvalConfig, **changes: Any) -> EvalConfig:
+    """A copy of ``cfg`` with ``changes`` (keyword-only dataclass helper)."""
+    return dataclasses.replace(cfg, **changes)
