@@ -27,6 +27,7 @@ label token after the sample get ``terminal_loss_weight``.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +35,7 @@ import numpy as np
 
 Placement = Literal["fixed", "random"]
 PLACEMENTS: tuple[str, ...] = ("fixed", "random")
+_MAX_POSITION = 2**31 - 1  # records are int32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +68,11 @@ class LayoutConfig:
                 f"target length L={self.target_length} must be larger than seq length "
                 f"P={self.seq_length}; raise --target-length or lower --seq-length"
             )
+        if self.target_length > _MAX_POSITION:
+            raise ValueError(
+                f"target length L={self.target_length} exceeds {_MAX_POSITION:,}, the largest "
+                "position an int32 record holds (--target-length)"
+            )
         if self.placement not in PLACEMENTS:
             raise ValueError(
                 f"placement {self.placement!r} unknown; use --placement {' or '.join(PLACEMENTS)}"
@@ -74,14 +81,14 @@ class LayoutConfig:
             raise ValueError(
                 f"pose chunks N={self.pose_chunks} must be >= 1 (1 disables PoSE; --pose-chunks)"
             )
-        if not self.terminal_loss_weight > 0:
+        if not (math.isfinite(self.terminal_loss_weight) and self.terminal_loss_weight > 0):
             raise ValueError(
-                f"terminal loss weight w={self.terminal_loss_weight} must be > 0 "
+                f"terminal loss weight w={self.terminal_loss_weight} must be finite and > 0 "
                 "(--terminal-loss-weight; the paper uses a small non-zero w)"
             )
-        if not self.context_loss_weight >= 0:
+        if not (math.isfinite(self.context_loss_weight) and self.context_loss_weight >= 0):
             raise ValueError(
-                f"context loss weight {self.context_loss_weight} must be >= 0 "
+                f"context loss weight {self.context_loss_weight} must be finite and >= 0 "
                 "(--context-loss-weight)"
             )
 

@@ -39,7 +39,7 @@ from megatron_endprompt.conversion.megatron_ckpt import (
     single_process_group,
     tensor_metadata,
 )
-from megatron_endprompt.conversion.output import atomic_output_dir, check_output
+from megatron_endprompt.conversion.output import atomic_output_dir, check_finite, check_output
 from megatron_endprompt.errors import UserError
 
 __all__ = ["MegatronToHFOptions", "convert_megatron_to_hf", "resolve_window"]
@@ -65,8 +65,12 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
     EndPrompt at all keeps the original window with ``s = 1``. Raises :class:`UserError` when
     ``L`` is not above ``L0`` or ``s`` is below 1."""
     L0 = int(getattr(args, "endprompt_original_length", None) or original_window)
-    L = target_length or getattr(args, "endprompt_target_length", None)
-    s = pi_factor or getattr(args, "endprompt_pi_factor", None)
+    # ``is None``, not ``or``: an explicit 0 is refused below, never replaced by the default
+    L = target_length if target_length is not None else getattr(args, "endprompt_target_length",
+                                                                None)
+    s = pi_factor if pi_factor is not None else getattr(args, "endprompt_pi_factor", None)
+    if s is not None and not (math.isfinite(s) and s >= 1.0):
+        raise UserError(f"--pi-factor {s:g} must be a finite number >= 1")
     if L is None:
         if s not in (None, 1.0):
             raise UserError(f"--pi-factor {s:g} needs a target length: pass --target-length L")
@@ -165,6 +169,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             for mapping in dict.fromkeys(m for m, _ in work):  # one stacked tensor at a time
                 key = mapping.checkpoint_key()
                 tensor = read_tensor(ckpt, key, meta[key])
+                check_finite(tensor, f"{ckpt}: tensor {key}")
                 for layer in (range(dims.num_layers) if mapping.per_layer else [None]):
                     part = tensor if layer is None else tensor[layer]
                     writer.add_all(zip(mapping.hf_names(layer=layer), to_hf(mapping, part, dims)))

@@ -55,31 +55,25 @@ def resolve_endprompt_args(args: argparse.Namespace) -> None:
             f"--endprompt-pi-factor {args.endprompt_pi_factor:g} disagrees with "
             f"--rotary-seq-len-interpolation-factor {megatron_s}; both divide positions by s: "
             "set one of them")
-    if not args.endprompt_pi_factor >= 1.0:
+    if not (math.isfinite(args.endprompt_pi_factor) and args.endprompt_pi_factor >= 1.0):
         raise UserError(f"--endprompt-pi-factor {args.endprompt_pi_factor} must be >= 1")
     args.endprompt_original_length = L0
     w = args.endprompt_terminal_loss_weight
-    if w is not None and not w > 0:
-        raise UserError(f"--endprompt-terminal-loss-weight {w} must be > 0")
+    if w is not None and not (math.isfinite(w) and w > 0):
+        raise UserError(f"--endprompt-terminal-loss-weight {w} must be finite and > 0")
     cw = args.endprompt_context_loss_weight
-    if cw is not None and cw < 0:
-        raise UserError(f"--endprompt-context-loss-weight {cw} must be >= 0")
+    if cw is not None and not (math.isfinite(cw) and cw >= 0):
+        raise UserError(f"--endprompt-context-loss-weight {cw} must be finite and >= 0")
     if getattr(args, "position_embedding_type", "rope") != "rope":
         raise UserError("EndPrompt needs --position-embedding-type rope")
 
 
 def data_prefixes(args: argparse.Namespace) -> list[str]:
-    """Every data prefix named by the run's data flags."""
-    from megatron.core.datasets.utils import get_blend_from_list
+    """Every data prefix named by the run's data flags (``--data-args-path`` and
+    ``--per-split-data-args-path`` included)."""
+    from megatron_endprompt.training.checks import blend_prefixes
 
-    prefixes: list[str] = []
-    for flag in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
-        values = getattr(args, flag, None)
-        if values:
-            blend = get_blend_from_list(values)
-            if blend is not None:
-                prefixes.extend(blend[0])
-    return list(dict.fromkeys(prefixes))
+    return blend_prefixes(args)
 
 
 def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:

@@ -37,9 +37,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from megatron_endprompt.errors import UserError
     from megatron_endprompt.runtime import install_cpu_runtime
+    from megatron_endprompt.runtime.child_death import install_child_reaper
 
     argv = list(sys.argv[1:] if argv is None else argv)
     on_cpu = install_cpu_runtime()
+    install_child_reaper()  # checkpoint-writer children exit with this rank
     if on_cpu:
         argv = _with_cpu_flags(argv)
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         check_sidecars,
         resolve_endprompt_args,
     )
+    from megatron_endprompt.training.checks import check_startup
     from megatron_endprompt.training.providers import (
         datasets_provider,
         forward_step,
@@ -63,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *argv]
     args = parse_and_validate_args(extra_args_provider=add_endprompt_args)
     try:
+        check_startup(args)  # blends, prefixes, --load, vocab divisor: before Megatron starts
         resolve_endprompt_args(args)
         layouts = check_sidecars(args)
     except UserError as exc:
