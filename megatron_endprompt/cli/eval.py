@@ -128,6 +128,23 @@ def _model_config(hf_dir: str) -> Any:
         raise UserError(f"--hf-dir {hf_dir}: cannot read config.json ({exc})") from None
 
 
+def _check_weights_readable(hf_dir: str) -> None:
+    """Open every ``*.safetensors`` header (memory-mapped, no tensor read): a truncated or
+    corrupt file is one line naming it, not a ``SafetensorError`` traceback at load time."""
+    from safetensors import safe_open
+
+    for name in sorted(os.listdir(hf_dir)):
+        if name.endswith(".safetensors"):
+            path = os.path.join(hf_dir, name)
+            try:
+                with safe_open(path, framework="pt"):
+                    pass
+            except Exception as exc:  # noqa: BLE001 - SafetensorError has no public base
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise UserError(f"--hf-dir {hf_dir}: {name} is truncated or corrupt ({first}); "
+                                "re-download or re-export it") from None
+
+
 def _jsonable(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -156,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--tasks ppl needs --ppl-data FILE (.txt or .jsonl)")
     if args.output.endswith((".md", ".png")):
         raise UserError(f"--output {args.output}: give the JSON path (FILE.json)")
+    from megatron_endprompt.evaluation import results_io
+
+    results_io.check_writable(args.output)  # before the model loads, not after the evaluation
     device = _device(args.device)
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
 
@@ -168,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.disable_progress_bar()
 
     config = _model_config(args.hf_dir)
+    _check_weights_readable(args.hf_dir)  # a truncated download: one line, before any work
     tokenizer = runner.load_tokenizer(args.hf_dir)
     tokens = tasks_mod.PromptTokens(tokenizer)
     retrieval = [t for t in tasks if t != "ppl"]
@@ -229,11 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     }}
     with tqdm(total=len(samples) + sum(n_windows.values()), disable=args.no_progress,
               desc="eval", unit="item", file=sys.stderr, dynamic_ncols=True) as bar:
+        json_path = report.output_paths(args.output)["json"]
         if samples:
             bar.set_description("retrieval")
-            records = runner.run_retrieval(model, tokenizer, samples,
-                                           batch_size=args.batch_size, progress=bar)
-            results["retrieval"] = report.summarize_retrieval(records)
+            records: list[dict[str, Any]] = []
+            groups: dict[tuple[str, int], list[Any]] = {}
+            for s in samples:
+                groups.setdefault((s.task, s.length), []).append(s)
+            for group in groups.values():  # results on disk as each task/length finishes
+                records += runner.run_retrieval(model, tokenizer, group,
+                                                batch_size=args.batch_size, progress=bar)
+                results["retrieval"] = report.summarize_retrieval(records)
+                results_io.write_json_now(results, json_path)
         if ppl_tokens is not None:
             by_length: dict[str, Any] = {str(n): None for n in lengths}
             for n in ppl_lengths:
@@ -244,10 +272,11 @@ def main(argv: list[str] | None = None) -> int:
                                               max_windows=args.ppl_max_windows or None,
                                               progress=bar)
                 by_length[str(n)] = stats.as_dict()
-            results["ppl"] = {"data": args.ppl_data, "data_tokens": int(len(ppl_tokens)),
-                              "stride": args.ppl_stride,
-                              "max_windows": args.ppl_max_windows or None,
-                              "by_length": by_length}
+                results["ppl"] = {"data": args.ppl_data, "data_tokens": int(len(ppl_tokens)),
+                                  "stride": args.ppl_stride,
+                                  "max_windows": args.ppl_max_windows or None,
+                                  "by_length": by_length}
+                results_io.write_json_now(results, json_path)
     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
     written = report.write_reports(results, args.output)
     print(report.markdown_table(results))

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from megatron_endprompt.evaluation.results_io import sanitized
 from megatron_endprompt.evaluation.scoring import mean_score
 
 __all__ = ["depth_key", "summarize_retrieval", "markdown_table", "plot_heatmap", "plot_ppl",
@@ -172,6 +173,7 @@ def write_reports(results: dict[str, Any], json_path: str) -> list[str]:
     paths = output_paths(json_path)
     os.makedirs(os.path.dirname(os.path.abspath(paths["json"])), exist_ok=True)
     written = []
+    results = sanitized(results)  # NaN/inf -> null with a warning, never a lost evaluation
     _atomic_text(paths["json"], json.dumps(results, indent=2, allow_nan=False) + "\n")
     written.append(paths["json"])
     _atomic_text(paths["md"], markdown_table(results))

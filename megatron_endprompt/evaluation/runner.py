@@ -155,6 +155,14 @@ def load_ppl_tokens(path: str, tokenizer: Any, *, key: str = "text") -> np.ndarr
                                         f"string field {key!r} (set --ppl-key)") from None
                     if not isinstance(doc, str):
                         raise UserError(f"--ppl-data {path}:{n}: field {key!r} is not a string")
+                    if not doc.isascii():  # lone surrogates from \ud800-style escapes
+                        try:
+                            doc.encode("utf-8")
+                        except UnicodeEncodeError as exc:
+                            raise UserError(
+                                f"--ppl-data {path}:{n}: lone surrogate "
+                                f"{doc[exc.start].encode('unicode_escape').decode()} in field "
+                                f"{key!r} (half of a UTF-16 pair); fix or drop the line") from None
                     docs.append(doc)
             elif path.endswith(".txt"):
                 docs.append(f.read())

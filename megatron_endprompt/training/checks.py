@@ -21,7 +21,7 @@ import os
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["blends", "blend_prefixes", "check_startup"]
+__all__ = ["blends", "blend_prefixes", "check_startup", "parse_args_checked"]
 
 _BLEND_HELP = ("give PREFIX [PREFIX ...] or weight/prefix pairs W1 PREFIX1 W2 PREFIX2 ... "
                "with weights > 0")
@@ -161,3 +161,27 @@ def check_startup(args: argparse.Namespace) -> None:
                         "positions)")
     _check_prefixes(args)
     _check_load(args)
+
+
+def parse_args_checked(argv: list[str], extra_args_provider) -> argparse.Namespace:
+    """Megatron's ``parse_and_validate_args`` (it reads ``sys.argv``), with the flags it
+    divides by checked first and its bare ``assert``s in ``validate_args`` (e.g. ``--save``
+    without ``--save-interval``) turned into one line quoting the failed condition."""
+    import traceback
+
+    from megatron.training.arguments import parse_and_validate_args
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
+    known, _ = pre.parse_known_args(argv)
+    if known.make_vocab_size_divisible_by < 1:
+        raise UserError(f"--make-vocab-size-divisible-by {known.make_vocab_size_divisible_by} "
+                        "must be >= 1 (128 is Megatron's default)")
+    try:
+        return parse_and_validate_args(extra_args_provider=extra_args_provider)
+    except AssertionError as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{os.path.basename(frame.filename)}:{frame.lineno}"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else (frame.line or "")
+        raise UserError(f"Megatron refused the flags: {detail} (megatron {where}); set the "
+                        "flags it names") from None

@@ -49,14 +49,13 @@ def main(argv: list[str] | None = None) -> None:
     from megatron.core.enums import ModelType
     from megatron.training import pretrain
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
-    from megatron.training.arguments import parse_and_validate_args
 
     from megatron_endprompt.training.args import (
         add_endprompt_args,
         check_sidecars,
         resolve_endprompt_args,
     )
-    from megatron_endprompt.training.checks import check_startup
+    from megatron_endprompt.training.checks import check_startup, parse_args_checked
     from megatron_endprompt.training.providers import (
         datasets_provider,
         forward_step,
@@ -64,8 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     sys.argv = [sys.argv[0], *argv]
-    args = parse_and_validate_args(extra_args_provider=add_endprompt_args)
     try:
+        args = parse_args_checked(argv, add_endprompt_args)  # Megatron's asserts: one line
         check_startup(args)  # blends, prefixes, --load, vocab divisor: before Megatron starts
         resolve_endprompt_args(args)
         layouts = check_sidecars(args)
