@@ -27,14 +27,14 @@ def check_output(path: str, *, overwrite: bool, flag: str = "--output") -> None:
     work is done)."""
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{flag} {path} already exists; pass --overwrite to replace it")
-    parent = os.path.dirname(os.path.abspath(path))
-    probe = parent
-    while not os.path.exists(probe):  # the nearest existing ancestor must be writable
+    probe = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(probe):  # the nearest existing ancestor must take a new entry
         probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK) or probe.startswith(
-            ("/proc", "/sys")):
-        raise UserError(f"{flag} {path}: cannot write in {probe} (not a writable directory); "
-                        "choose a writable location")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=probe))
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write in {probe} ({exc.strerror}); choose a "
+                        "writable location") from None
 
 
 def check_finite(tensor: Any, what: str) -> None:

@@ -12,7 +12,7 @@ copies of any previous output the run must not damage). Outcome flags, counted i
   reached Megatron's ``pretrain()`` without refusing the input up front);
 * ``data_lost``: a file of the previous dataset/checkpoint/export changed or vanished.
 
-``python tests/reliability/sweep.py [--json]`` prints the counts (used for the before/after
+``python tests/reliability/sweep.py [RESULTS.json]`` prints the counts (used for the before/after
 figures: run it with ``PYTHONPATH`` at the old checkout for "before").
 """
 
@@ -125,8 +125,9 @@ def classify(case: Case, rc: int | None, stderr: str, before: dict, after: dict,
         r["one_line"] = rc == 0 and not tb and not extra_flags
     else:
         r["wrong_success"] = rc == 0 or "wrong_success" in extra_flags
-        r["partial"] = bool(new) or "partial" in extra_flags
-        r["data_lost"] = bool(changed) or "data_lost" in extra_flags
+        # a wrong success is counted as that only (its outputs are complete, just wrong)
+        r["partial"] = (bool(new) and not r["wrong_success"]) or "partial" in extra_flags
+        r["data_lost"] = (bool(changed) and not r["wrong_success"]) or "data_lost" in extra_flags
         r["one_line"] = (rc == case.rc and not tb and len(error_lines) == 1
                          and case.needle in error_lines[0] and not r["partial"]
                          and not r["data_lost"] and not r["wrong_success"])
@@ -184,8 +185,9 @@ def run_sweep(root: str | None = None, *, names: set[str] | None = None) -> list
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     res = run_sweep()
-    if "--json" in sys.argv:
-        print(json.dumps(res, indent=1))
+    if len(sys.argv) > 1:  # sweep.py RESULTS.json: keep every case's outcome
+        with open(sys.argv[1], "w") as f:
+            json.dump(res, f, indent=1)
     for r in res:
         if not r["one_line"]:
             flags = [k for k in COUNT_KEYS[1:] if r[k]]
