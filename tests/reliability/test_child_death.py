@@ -18,12 +18,17 @@ PARENT = textwrap.dedent("""
         from megatron_endprompt.runtime.child_death import install_child_reaper
         install_child_reaper()
 
-    def writer():
+    def writer(ready):
+        open(ready, "w").close()  # started: guards armed, imports done
         time.sleep(120)
 
     if __name__ == "__main__":
-        p = mp.get_context(sys.argv[1]).Process(target=writer)
+        ready = sys.argv[3]
+        p = mp.get_context(sys.argv[1]).Process(target=writer, args=(ready,))
         p.start()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.05)
         print(p.pid, flush=True)
         time.sleep(120)
 """)
@@ -46,10 +51,9 @@ def _gone(pid: int, timeout: float) -> bool:
 def test_child_exits_with_killed_parent(method, installed, tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    proc = subprocess.Popen([sys.executable, str(script), method, str(int(installed))],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script), method, str(int(installed)),
+                             str(tmp_path / "ready")], stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
-    time.sleep(0.5 if method == "fork" else 1.0)  # let the child arm its guards
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     try:
