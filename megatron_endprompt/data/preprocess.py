@@ -135,6 +135,13 @@ def _encode_line(path: str, lineno: int, raw: bytes) -> tuple[str, np.ndarray | 
         ids = np.fromiter(ids if eod is None else itertools.chain(ids, (eod,)),
                           dtype=np.int64, count=len(ids) + (eod is not None))
     except Exception as exc:  # e.g. NullTokenizer on text that is not whitespace-separated ints
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as enc:  # tokenizers fail cryptically on these
+            raise UserError(
+                f"{where}: lone surrogate {text[enc.start].encode('unicode_escape').decode()} at "
+                f"character {enc.start + 1} of the text (half of a UTF-16 pair, e.g. a JSON "
+                "\\ud800 escape); fix the producer or drop the line") from None
         spec = _WORKER["spec"]
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UserError(f"{where}: --tokenizer-type {spec.tokenizer_type} cannot tokenize this "

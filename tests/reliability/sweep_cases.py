@@ -147,27 +147,6 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def sigterm_run(fx, d, argv):
-    """Preprocess a large input in a subprocess; SIGTERM once its temporary .bin exists."""
-    big = os.path.join(d, "big.jsonl")
-    with open(fx.corpus, "rb") as f:
-        data = f.read()
-    with open(big, "wb") as f:
-        f.write(data * 150)
-    argv = [*argv, "--input", big]
-    proc = subprocess.Popen([PY, "-m", "megatron_endprompt.cli.preprocess", *argv],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    tmp = os.path.join(d, f"data.bin.tmp-{proc.pid}")
-    deadline = time.monotonic() + 120
-    while not os.path.exists(tmp) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    os.unlink(big)
-    return proc.returncode, err
-
-
 # -- the table -------------------------------------------------------------------------------
 CASES: list[Case] = [
     # item 3: weights
@@ -208,7 +187,7 @@ CASES: list[Case] = [
     Case("pp_malformed_json", "preprocess", pp_lines("{not json"), needle="in.jsonl:2"),
     Case("pp_not_utf8", "preprocess", pp_lines(b'{"text": "caf\xe9"}'), needle="UTF-8"),
     Case("pp_lone_surrogate", "preprocess", pp_lines('{"text": "broken \\ud800 pair"}'),
-         item="11", needle="in.jsonl:2"),
+         item="11", needle="in.jsonl:2: lone surrogate"),
     Case("pp_missing_key", "preprocess", pp_lines('{"body": "x"}'), needle="text"),
     Case("pp_key_not_string", "preprocess", pp_lines('{"text": 5}'), needle="text"),
     Case("pp_json_array_line", "preprocess", pp_lines("[1, 2]"), needle="in.jsonl:2"),
@@ -238,8 +217,10 @@ CASES: list[Case] = [
          extra={"allow_changed": True}),
     Case("pp_concurrent_run", "preprocess", pp(), item="7", needle="another run",
          patch=lambda fx, d: lock_held(os.path.join(d, "data")), transient=("data.lock",)),
-    Case("pp_sigterm", "preprocess", pp(), rc=143, item="8", run=sigterm_run,
-         needle="SIGTERM"),
+    Case("pp_sigterm", "preprocess", pp("--workers", "2"), rc=143, item="8", needle="SIGTERM",
+         run=lambda fx, d, argv: sigterm_subprocess(
+             "preprocess", "megatron_endprompt.data.samples", "SampleMaker.add_document",
+             at_call=5)(fx, d, argv)),
     Case("pp_stale_temporaries_removed", "preprocess", lambda fx, d: _stale_tmp(fx, d), rc=0,
          item="8", check=lambda fx, d, res: _no_stale(d)),
 ]
@@ -269,7 +250,7 @@ def _no_stale(d):
     return ["partial"] if any(".tmp-" in n for n in os.listdir(d)) else []
 
 
-from sweep_cases_more import CASES as _MORE, run_pretrain_cases  # noqa: E402
+from sweep_cases_more import CASES as _MORE, sigterm_subprocess, run_pretrain_cases  # noqa: E402
 
 CASES += _MORE
 __all__ = ["CASES", "run_pretrain_cases", "classify", "snapshot", "HERE"]

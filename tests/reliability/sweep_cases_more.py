@@ -144,6 +144,21 @@ def _hf_truncated(fx, d):
     return hf
 
 
+def sigterm_subprocess(tool, module, attr, at_call=1):
+    """Run the tool in a fresh process (``sigterm_driver.py``) that sends itself SIGTERM at
+    the ``at_call``-th call of ``module.attr``: a scheduler's kill while the tool writes.
+    Without a handler the process dies of the signal (-15 -> 143), temporaries left."""
+    def run(fx, d, argv):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "sigterm_driver.py"), tool,
+                               module, attr, str(at_call), "--", *argv], env=env,
+                              capture_output=True, text=True, timeout=600,
+                              cwd=os.path.dirname(d))
+        code = proc.returncode
+        return (128 - code if code < 0 else code), proc.stderr
+    return run
+
+
 CASES: list[Case] = [
     # inspect
     Case("insp_missing_prefix", "inspect", lambda fx, d: [os.path.join(d, "nope")],
@@ -200,6 +215,9 @@ CASES: list[Case] = [
          needle="tokenizer"),
     Case("m2h_stale_partial_removed", "convert", _stale_partial, rc=0, item="8",
          check=lambda fx, d, res: _no_partial(d)),
+    Case("m2h_sigterm", "convert", m2h(), rc=143, item="8", needle="SIGTERM",
+         run=sigterm_subprocess("convert", "megatron_endprompt.conversion.hf_io",
+                            "ShardedSafetensorsWriter.close")),
     # hf-to-megatron
     Case("h2m_hf_dir_missing", "convert", h2m(hf=lambda fx, d: os.path.join(d, "nope")),
          needle="nope"),
@@ -217,6 +235,9 @@ CASES: list[Case] = [
     Case("h2m_full_disk", "convert", h2m(), item="11", needle="space",
          patch=lambda fx, d: raise_enospc("megatron_endprompt.conversion.hf_to_megatron",
                                           "save_release_checkpoint")),
+    Case("h2m_sigterm", "convert", h2m(), rc=143, item="8", needle="SIGTERM",
+         run=sigterm_subprocess("convert", "megatron_endprompt.conversion.hf_to_megatron",
+                            "save_release_checkpoint")),
     # eval
     Case("ev_hf_dir_missing", "eval", ev(hf=lambda fx, d: os.path.join(d, "nope")),
          needle="--hf-dir"),
@@ -230,6 +251,8 @@ CASES: list[Case] = [
     Case("ev_nan_model_results_kept", "eval",
          ev("--ppl-data", "PPL", "--ppl-max-windows", "1", hf=lambda fx, d: fx.hf_nan,
             tasks="passkey,ppl"), rc=0, item="9", check=_nan_results_kept),
+    Case("ev_full_disk", "eval", ev(), item="11", needle="space",
+         patch=lambda fx, d: raise_enospc("os", "replace")),
     Case("ev_lengths_bogus", "eval", ev("--lengths", "abc"), needle="--lengths"),
     Case("ev_lengths_too_short", "eval", ev("--lengths", "10"), needle="--lengths"),
     Case("ev_tasks_bogus", "eval", ev("--tasks", "bogus"), needle="--tasks"),
