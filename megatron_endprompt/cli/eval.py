@@ -173,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--tasks ppl needs --ppl-data FILE (.txt or .jsonl)")
     if args.output.endswith((".md", ".png")):
         raise UserError(f"--output {args.output}: give the JSON path (FILE.json)")
-    from megatron_endprompt.evaluation import results_io
+    from megatron_endprompt.evaluation import report, results_io
 
-    results_io.check_writable(args.output)  # before the model loads, not after the evaluation
+    # before the model loads, not after the whole evaluation ran
+    results_io.check_writable(report.output_paths(args.output)["json"])
     device = _device(args.device)
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
 
