@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     if vocab is not None and int(tokens.max()) >= vocab:
         model = args.tokenizer_model or header.tokenizer.get("tokenizer_model")
         raise UserError(f"--tokenizer-model {model}: vocabulary {vocab}, but sample "
-                        f"{args.index} holds token id {int(tokens.max())} (the data was tokenized with "
-                        f"{header.tokenizer.get('tokenizer_type')} of vocabulary "
+                        f"{args.index} holds token id {int(tokens.max())} (the data was "
+                        f"tokenized with {header.tokenizer.get('tokenizer_type')} of vocabulary "
                         f"{header.tokenizer.get('vocab_size')}); use that tokenizer or --no-text")
     terminal_starts = sidecar.records[:, 1]
     stats = {
