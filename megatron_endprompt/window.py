@@ -23,6 +23,9 @@ from megatron_endprompt.errors import UserError
 __all__ = ["EXPORT_FLAGS", "EndPromptWindow", "PREPROCESS_FLAGS", "TRAINING_FLAGS",
            "resolve_pi_factor"]
 
+#: The largest position (and so ``L``) a sidecar record holds: records are int32.
+MAX_POSITION = 2**31 - 1
+
 #: How each field is spelled on the command line of each tool (error messages name the flag).
 TRAINING_FLAGS: Mapping[str, str] = MappingProxyType({
     "target_length": "--endprompt-target-length",
@@ -60,8 +63,8 @@ def _explicit_pi_factor(pi_factor: float | None, megatron_pi_factor: float | Non
             f"PI factor s={pi_factor:g} ({flags['pi_factor']}) disagrees with Megatron's "
             f"{flags['megatron_pi_factor']} {megatron_pi_factor:g}; both mean 'divide positions "
             "by s': set one of them")
-    if pi_factor is not None and not float(pi_factor) >= 1.0:
-        raise ValueError(f"PI factor s={pi_factor:g} must be >= 1 ({flags['pi_factor']})")
+    if pi_factor is not None and not (math.isfinite(float(pi_factor)) and float(pi_factor) >= 1.0):
+        raise ValueError(f"PI factor s={pi_factor:g} must be finite and >= 1 ({flags['pi_factor']})")
     return None if pi_factor is None else float(pi_factor)
 
 
@@ -109,6 +112,10 @@ class EndPromptWindow:
         f, L, P, L0 = self.flags, self.target_length, self.seq_length, self.original_length
         if P is not None and P < 2:
             raise ValueError(f"seq length P={P} must be >= 2 ({f['seq_length']})")
+        if L > MAX_POSITION:
+            raise ValueError(
+                f"target length L={L} exceeds {MAX_POSITION:,}, the largest position an int32 "
+                f"record holds ({f['target_length']})")
         if P is not None and not L > P:
             raise ValueError(
                 f"target length L={L} must be larger than seq length P={P}; raise "
@@ -138,11 +145,11 @@ class EndPromptWindow:
         """``ValueError`` naming the flag unless ``w > 0`` and the context weight ``>= 0``
         (``None``: not set). Used on its own where only weights are known (the dataset)."""
         w, cw = terminal_loss_weight, context_loss_weight
-        if w is not None and not w > 0:
-            raise ValueError(f"terminal loss weight w={w} must be > 0 "
+        if w is not None and not (math.isfinite(w) and w > 0):
+            raise ValueError(f"terminal loss weight w={w} must be finite and > 0 "
                              f"({flags['terminal_loss_weight']}; the paper uses a small non-zero w)")
-        if cw is not None and not cw >= 0:
-            raise ValueError(f"context loss weight {cw} must be >= 0 "
+        if cw is not None and not (math.isfinite(cw) and cw >= 0):
+            raise ValueError(f"context loss weight {cw} must be finite and >= 0 "
                              f"({flags['context_loss_weight']})")
 
     @classmethod

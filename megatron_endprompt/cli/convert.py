@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                     ".*Please use DTensor instead.*", ".*tp_group is None.*"):
         warnings.filterwarnings("ignore", message=message)
     if args.command == "hf-to-megatron":
+        if args.make_vocab_size_divisible_by < 1:
+            raise UserError(f"--make-vocab-size-divisible-by {args.make_vocab_size_divisible_by} "
+                            "must be >= 1 (Megatron's default is 128)")
         from megatron_endprompt.conversion import HFToMegatronOptions, convert_hf_to_megatron
 
         summary = convert_hf_to_megatron(HFToMegatronOptions(

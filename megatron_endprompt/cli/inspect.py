@@ -63,11 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     quiet_megatron_import_noise()
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
+    from megatron_endprompt.data.atomic_output import ensure_committed
     from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
     from megatron_endprompt.layout import describe_runs, loss_weights_from_record, \
         positions_from_record
 
     prefix = args.prefix
+    ensure_committed(prefix, flag="inspect")  # roll an interrupted preprocessing commit forward
     for suffix in (".bin", ".idx"):
         if not os.path.isfile(prefix + suffix):
             raise UserError(f"{prefix}{suffix}: not found; give the prefix used with "
@@ -86,6 +88,13 @@ def main(argv: list[str] | None = None) -> int:
                                        terminal_weight=layout.terminal_loss_weight)
     a = int(record[0])
     tok = _tokenizer(args, header)
+    vocab = getattr(tok, "vocab_size", None) if tok is not None else None
+    if vocab is not None and int(tokens.max()) >= vocab:
+        model = args.tokenizer_model or header.tokenizer.get("tokenizer_model")
+        raise UserError(f"--tokenizer-model {model}: vocabulary {vocab}, but sample "
+                        f"{args.index} holds token id {int(tokens.max())} (the data was "
+                        f"tokenized with {header.tokenizer.get('tokenizer_type')} of vocabulary "
+                        f"{header.tokenizer.get('vocab_size')}); use that tokenizer or --no-text")
     terminal_starts = sidecar.records[:, 1]
     stats = {
         "samples": n,

@@ -37,7 +37,7 @@ from megatron_endprompt.conversion.megatron_ckpt import (
     save_release_checkpoint,
     single_process_group,
 )
-from megatron_endprompt.conversion.output import atomic_output_dir, check_output
+from megatron_endprompt.conversion.output import atomic_output_dir, check_output, check_finite
 from megatron_endprompt.errors import UserError
 
 __all__ = ["HFToMegatronOptions", "convert_hf_to_megatron", "dims_for"]
@@ -131,6 +131,8 @@ def convert_hf_to_megatron(opts: HFToMegatronOptions) -> dict[str, Any]:
                                    disable=not opts.progress):
             name = mapping.megatron_name(layer=layer)
             hf = [reader.get(n) for n in mapping.hf_names(layer=layer)]
+            for n, t in zip(mapping.hf_names(layer=layer), hf):
+                check_finite(t, f"{opts.hf_dir}: tensor {n}")
             with torch.no_grad():
                 params[name].copy_(mapping.to_megatron(hf, dims))
             filled.add(name)

@@ -32,7 +32,7 @@ from megatron_endprompt.conversion.megatron_ckpt import (
     single_process_group,
     tensor_metadata,
 )
-from megatron_endprompt.conversion.output import atomic_output_dir, check_output
+from megatron_endprompt.conversion.output import atomic_output_dir, check_finite, check_output
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.window import EXPORT_FLAGS, EndPromptWindow
 
@@ -59,10 +59,12 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
     EndPrompt at all keeps the original window with ``s = 1``. Validation is
     :class:`~megatron_endprompt.window.EndPromptWindow`'s; raises :class:`UserError`."""
     L0 = int(getattr(args, "endprompt_original_length", None) or original_window)
-    L = target_length or getattr(args, "endprompt_target_length", None)
-    s = pi_factor or getattr(args, "endprompt_pi_factor", None)
+    # ``is None``, not ``or``: an explicit 0 is refused below, never replaced by the default
+    L = target_length if target_length is not None else getattr(args, "endprompt_target_length",
+                                                                None)
+    s = pi_factor if pi_factor is not None else getattr(args, "endprompt_pi_factor", None)
     if L is None:
-        if s not in (None, 1.0):
+        if s is not None and s != 1.0:
             raise UserError(f"--pi-factor {s:g} needs a target length: pass --target-length L")
         return L0, 1.0, L0
     try:
@@ -157,6 +159,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             for mapping in dict.fromkeys(m for m, _ in work):  # one stacked tensor at a time
                 key = mapping.checkpoint_key()
                 tensor = read_tensor(ckpt, key, meta[key])
+                check_finite(tensor, f"{ckpt}: tensor {key}")
                 for layer in (range(dims.num_layers) if mapping.per_layer else [None]):
                     part = tensor if layer is None else tensor[layer]
                     writer.add_all(zip(mapping.hf_names(layer=layer), mapping.to_hf(part, dims)))

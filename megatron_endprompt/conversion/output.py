@@ -3,25 +3,73 @@
 The sibling comes from ``tempfile.mkdtemp`` (mode 0700) and some writers create files 0600, so
 before the rename every directory gets ``0777 & ~umask`` and every file ``0666 & ~umask`` (0755 /
 0644 under the usual umask 022): the output is as readable as anything else the user creates.
+
+The sibling is ``.OUT.partial-PID-XXXX``: a ``SIGKILL`` leaves it behind (hundreds of MB for a
+real model), so the next run with the same ``--output`` removes those of dead processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["apply_umask", "atomic_output_dir", "check_output"]
+__all__ = ["apply_umask", "atomic_output_dir", "check_output", "check_finite",
+           "remove_stale_partials"]
+
+_PARTIAL_RE = re.compile(r"\.partial-(\d+)-[^/]*$")
 
 
 def check_output(path: str, *, overwrite: bool, flag: str = "--output") -> None:
-    """Refuse an existing ``path`` unless ``overwrite`` (before any work is done)."""
+    """Refuse an existing ``path`` unless ``overwrite``, and an unwritable parent (before any
+    work is done)."""
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{flag} {path} already exists; pass --overwrite to replace it")
+    probe = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(probe):  # the nearest existing ancestor must take a new entry
+        probe = os.path.dirname(probe)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=probe))
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write in {probe} ({exc.strerror}); choose a "
+                        "writable location") from None
+
+
+def check_finite(tensor: Any, what: str) -> None:
+    """Refuse a tensor with NaN or infinite values (a diverged run): one line naming it."""
+    import torch
+
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise UserError(f"{what} has {bad} non-finite value(s) (NaN/inf): the training run "
+                        "diverged; convert an earlier checkpoint (e.g. the iter_* before the "
+                        "loss became nan)")
+
+
+def remove_stale_partials(path: str) -> list[str]:
+    """Remove ``.OUT.partial-PID-*`` siblings of ``path`` whose process no longer exists."""
+    from megatron_endprompt.data.atomic_output import pid_alive
+
+    parent = os.path.dirname(os.path.abspath(path))
+    pattern = os.path.join(glob.escape(parent),
+                           f".{glob.escape(os.path.basename(os.path.abspath(path)))}.partial-*")
+    removed = []
+    for p in glob.glob(pattern):
+        m = _PARTIAL_RE.search(p)
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+            if "-old-" in os.path.basename(p) and not os.path.lexists(path):
+                os.replace(p, path)  # killed between the two renames: put the old output back
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 def _umask() -> int:
@@ -51,17 +99,24 @@ def atomic_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> 
     check_output(path, overwrite=overwrite, flag=flag)
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.partial-",
-                           dir=parent)
+    remove_stale_partials(path)
+    tmp = tempfile.mkdtemp(
+        prefix=f".{os.path.basename(os.path.abspath(path))}.partial-{os.getpid()}-",
+        dir=parent)
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     apply_umask(tmp)
-    if os.path.lexists(path):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+    old = None
+    if os.path.lexists(path):  # move the old output aside first: replaced in two renames
+        old = tempfile.mktemp(prefix=f".{os.path.basename(os.path.abspath(path))}.partial-"
+                                     f"{os.getpid()}-old-", dir=parent)
+        os.replace(path, old)
     os.replace(tmp, path)
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.remove(old)

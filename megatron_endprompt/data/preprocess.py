@@ -4,8 +4,8 @@ Pipeline: the main process streams raw lines (bytes, with file and line number) 
 a pool of workers; each worker builds its tokenizer once, decodes UTF-8, parses JSON and
 tokenizes; the main process cuts the ordered token stream into samples
 (:class:`~megatron_endprompt.data.samples.SampleMaker`) and writes them with Megatron's
-``IndexedDatasetBuilder``. Outputs go to temporary names and are renamed only at the end,
-``.bin`` last, so an interrupted run never leaves a ``PREFIX.*`` set that looks complete.
+``IndexedDatasetBuilder``. Outputs go to temporary names, committed all-or-nothing under an
+exclusive prefix lock (:mod:`~megatron_endprompt.data.atomic_output`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
 from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import SampleMaker, TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import (
     SidecarHeader,
     file_fingerprint,
-    sidecar_path,
     write_sidecar,
 )
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
@@ -81,6 +81,9 @@ class PreprocessOptions:
             raise ValueError(f"--workers {self.workers} must be >= 1")
         if not self.json_keys:
             raise ValueError("--json-keys needs at least one key")
+        if not 0 <= self.seed < 2**63:  # numpy seeds are non-negative; fail before tokenizing
+            raise ValueError(f"--seed {self.seed} must be in [0, 2**63)")
+        check_output_prefix(self.output_prefix)
 
 
 # -- worker side ---------------------------------------------------------------------------
@@ -132,6 +135,13 @@ def _encode_line(path: str, lineno: int, raw: bytes) -> tuple[str, np.ndarray | 
         ids = np.fromiter(ids if eod is None else itertools.chain(ids, (eod,)),
                           dtype=np.int64, count=len(ids) + (eod is not None))
     except Exception as exc:  # e.g. NullTokenizer on text that is not whitespace-separated ints
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as enc:  # tokenizers fail cryptically on these
+            raise UserError(
+                f"{where}: lone surrogate {text[enc.start].encode('unicode_escape').decode()} at "
+                f"character {enc.start + 1} of the text (half of a UTF-16 pair, e.g. a JSON "
+                "\\ud800 escape); fix the producer or drop the line") from None
         spec = _WORKER["spec"]
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UserError(f"{where}: --tokenizer-type {spec.tokenizer_type} cannot tokenize this "
@@ -212,22 +222,6 @@ def _encoded(opts: PreprocessOptions, paths: list[str]) -> Iterator[tuple[str, n
             yield from results
 
 
-def _prepare_output(prefix: str) -> dict[str, str]:
-    """Temporary output names; refuses an output directory we cannot write to."""
-    directory = os.path.dirname(os.path.abspath(prefix))
-    tag = f".tmp-{os.getpid()}"
-    tmp = {s: prefix + s + tag for s in (".bin", ".idx", ".endprompt")}
-    probe = tmp[".endprompt"]
-    try:
-        with open(probe, "wb"):
-            pass
-        os.unlink(probe)
-    except OSError as exc:
-        raise UserError(f"--output-prefix {prefix}: cannot write in {directory} "
-                        f"({exc.strerror}); choose an existing, writable directory") from None
-    return tmp
-
-
 def preprocess(opts: PreprocessOptions) -> dict:
     """Run the pipeline; returns the summary (also stored in the sidecar header)."""
     from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
@@ -247,7 +241,8 @@ def preprocess(opts: PreprocessOptions) -> dict:
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    tmp = _prepare_output(opts.output_prefix)
+    writer = PrefixWriter(opts.output_prefix)  # lock, stale temporaries, crash-safe commit
+    tmp = writer.tmp
     skipped: Counter[str] = Counter()
     records: list[np.ndarray] = []
     t0 = time.perf_counter()
@@ -307,11 +302,9 @@ def preprocess(opts: PreprocessOptions) -> dict:
             stats={k: v for k, v in summary.items() if k != "seconds"},
         )
         write_sidecar(tmp[".endprompt"], header, np.stack(records))
-        _commit(opts.output_prefix, tmp)
+        writer.commit()
     finally:
-        for path in tmp.values():
-            if os.path.exists(path):
-                os.unlink(path)
+        writer.close()
     return summary
 
 
@@ -319,16 +312,6 @@ def _abs_model(spec: TokenizerSpec) -> dict:
     """Record an existing tokenizer path as absolute, so ``inspect`` finds it from anywhere."""
     path = spec.tokenizer_model
     return {"tokenizer_model": os.path.abspath(path)} if path and os.path.exists(path) else {}
-
-
-def _commit(prefix: str, tmp: dict[str, str]) -> None:
-    """Rename temporaries into place: old ``.bin`` removed first, new ``.bin`` last, so at
-    every instant either the set is complete and consistent or ``PREFIX.bin`` is absent."""
-    if os.path.exists(prefix + ".bin"):
-        os.unlink(prefix + ".bin")
-    os.replace(tmp[".endprompt"], sidecar_path(prefix))
-    os.replace(tmp[".idx"], prefix + ".idx")
-    os.replace(tmp[".bin"], prefix + ".bin")
 
 
 def format_summary(summary: dict) -> str:

@@ -51,6 +51,14 @@ def load_documents(path: str, *, key: str = "text", flag: str = "--ppl-data") ->
                                         f"field {key!r} (set --ppl-key)") from None
                     if not isinstance(doc, str):
                         raise UserError(f"{flag} {path}:{n}: field {key!r} is not a string")
+                    if not doc.isascii():  # lone surrogates from \ud800-style escapes
+                        try:
+                            doc.encode("utf-8")
+                        except UnicodeEncodeError as exc:
+                            raise UserError(
+                                f"{flag} {path}:{n}: lone surrogate "
+                                f"{doc[exc.start].encode('unicode_escape').decode()} in field "
+                                f"{key!r} (half of a UTF-16 pair); fix or drop the line") from None
                     docs.append(doc)
     except UnicodeDecodeError as exc:
         raise UserError(f"{flag} {path}: not UTF-8 text ({exc.reason})") from None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
+from megatron_endprompt.evaluation.results_io import finite_or_null, sanitized
 from megatron_endprompt.evaluation.scoring import mean_score
 
 __all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
@@ -27,14 +28,8 @@ def depth_key(depth: float) -> str:
 
 def finite(value: Any) -> Any:
     """``value`` with every non-finite float (NaN, inf) replaced by ``None`` (JSON ``null``),
-    recursively through dicts, lists and tuples."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
+    recursively; one ``warning:`` line names where (:func:`.results_io.sanitized`)."""
+    return sanitized(value) if isinstance(value, dict) else finite_or_null(value)
 
 
 def _pct(vals: list[float]) -> float | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.results_io import check_weights_readable, check_writable
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "run_lm_eval_backend", "resolve_tasks", "TASK_GROUPS",
@@ -93,6 +94,7 @@ class EvalConfig:
         if not os.path.isfile(os.path.join(self.hf_dir, "config.json")):
             raise UserError(f"--hf-dir {self.hf_dir}: no config.json; give an HF model "
                             "directory (e.g. the converter's output)")
+        check_weights_readable(self.hf_dir)
         if "ppl" in self.tasks and not self.ppl_data:
             raise UserError("--tasks ppl needs --ppl-data FILE (PG19-style .jsonl or .txt)")
         if self.output.endswith((".md", ".png")):
@@ -110,22 +112,6 @@ def resolve_tasks(text: str) -> list[str]:
     if not out:
         raise UserError("--tasks: give at least one task")
     return list(dict.fromkeys(out))
-
-
-def check_writable(path: str, flag: str) -> None:
-    """Fail before any work when ``path`` cannot be written (its folder is created)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        probe = os.path.join(folder, f".write-test-{os.getpid()}")
-        with open(probe, "w", encoding="utf-8"):
-            pass
-        os.remove(probe)
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write there ({exc.strerror}); choose a "
-                        "writable path") from None
-    if os.path.isdir(path):
-        raise UserError(f"{flag} {path}: is a directory; give a file path")
 
 
 def _model_meta(hf_dir: str) -> dict[str, Any]:
@@ -214,9 +200,9 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     log = log or (lambda msg: print(msg, file=sys.stderr))
     cfg.validate()
     paths = report.output_paths(cfg.output)
-    check_writable(paths["json"], "--output")
+    check_writable(paths["json"], flag="--output")
     if cfg.save_prompts:
-        check_writable(cfg.save_prompts, "--save-prompts")
+        check_writable(cfg.save_prompts, flag="--save-prompts")
     if cfg.device.startswith("cuda"):
         import torch
 
@@ -320,7 +306,7 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval
 
     cfg.validate()
-    check_writable(report.output_paths(cfg.output)["json"], "--output")
+    check_writable(report.output_paths(cfg.output)["json"], flag="--output")
     start = time.time()
     results: dict[str, Any] = {"meta": {
         "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "samples": cfg.samples,

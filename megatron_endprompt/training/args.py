@@ -88,17 +88,11 @@ def loaded_checkpoint_args(args: argparse.Namespace) -> Any:
 
 
 def data_prefixes(args: argparse.Namespace) -> list[str]:
-    """Every data prefix named by the run's data flags."""
-    from megatron.core.datasets.utils import get_blend_from_list
+    """Every data prefix named by the run's data flags (``--data-args-path`` and
+    ``--per-split-data-args-path`` included)."""
+    from megatron_endprompt.training.checks import blend_prefixes
 
-    prefixes: list[str] = []
-    for flag in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
-        values = getattr(args, flag, None)
-        if values:
-            blend = get_blend_from_list(values)
-            if blend is not None:
-                prefixes.extend(blend[0])
-    return list(dict.fromkeys(prefixes))
+    return blend_prefixes(args)
 
 
 def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:

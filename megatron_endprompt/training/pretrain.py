@@ -38,12 +38,14 @@ def main(argv: list[str] | None = None) -> None:
 
     from megatron_endprompt import runtime
     from megatron_endprompt.errors import UserError
+    from megatron_endprompt.runtime.child_death import install_child_reaper
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         layers = runtime.install()
     except RuntimeError as exc:  # version gate or a changed patched function: one line
         raise SystemExit(f"error: {exc}") from None
+    install_child_reaper()  # checkpoint-writer children exit with this rank
     if layers["cpu"]:
         argv = _with_cpu_flags(argv)
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
@@ -51,7 +53,6 @@ def main(argv: list[str] | None = None) -> None:
     from megatron.core.enums import ModelType
     from megatron.training import pretrain
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
-    from megatron.training.arguments import parse_and_validate_args
 
     from megatron_endprompt.training.cli_args import cli_args_provider
     from megatron_endprompt.training.args import (
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         loaded_checkpoint_args,
         resolve_endprompt_args,
     )
+    from megatron_endprompt.training.checks import check_startup, parse_args_checked
     from megatron_endprompt.training.providers import (
         datasets_provider,
         forward_step,
@@ -67,8 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     sys.argv = [sys.argv[0], *argv]
-    args = parse_and_validate_args(extra_args_provider=cli_args_provider(add_endprompt_args))
     try:
+        # Megatron's asserts -> one line; bad flag values -> one line; --help works
+        args = parse_args_checked(argv, cli_args_provider(add_endprompt_args))
+        check_startup(args)  # blends, prefixes, --load, vocab divisor: before Megatron starts
         window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
         layouts = check_sidecars(args)
     except UserError as exc:

@@ -312,18 +312,21 @@ def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool,
         assert _outputs(prefix) == []
 
 
-def test_interrupt_while_renaming_leaves_incomplete_set(run_tool, spm_args, spm_corpus,
-                                                        good_output, tmp_path, monkeypatch):
-    """Interrupted between the renames of the commit: PREFIX.bin (renamed last) is absent, so
-    the set does not look complete, and inspect refuses it."""
+@pytest.mark.parametrize("at_rename", [1, 2, 3, 4])
+def test_interrupt_while_renaming_keeps_a_complete_set(at_rename, run_tool, spm_args, spm_corpus,
+                                                       good_output, tmp_path, monkeypatch):
+    """Interrupted at any rename of the commit (journal, .endprompt, .idx, .bin): the prefix is
+    the complete old dataset (before the journal) or the complete new one (after it), never a
+    mix and never nothing (issue 9 item 6; the old scheme deleted the old .bin first)."""
     prefix = _copy_good(good_output, tmp_path)
+    before = _snapshot(prefix)
     lines = Path(spm_corpus.path).read_text(encoding="utf-8").splitlines()
     other = _jsonl(tmp_path / "other.jsonl", lines[:15])
     original, calls = os.replace, {"n": 0}
 
     def replace(src, dst):
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == at_rename:
             raise KeyboardInterrupt
         return original(src, dst)
 
@@ -332,8 +335,12 @@ def test_interrupt_while_renaming_leaves_incomplete_set(run_tool, spm_args, spm_
     monkeypatch.undo()
     _assert_one_error_line(rc, err, "interrupted", code=130)
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
-    assert not os.path.exists(prefix + ".bin")
+    assert _outputs(prefix) == [prefix + s for s in sorted(SUFFIXES)]
+    sidecar = read_sidecar(sidecar_path(prefix), prefix=prefix)
+    assert (_snapshot(prefix) == before) == (at_rename == 1)
+    good_samples = read_sidecar(good_output + ".endprompt").header.num_samples
+    assert (sidecar.header.num_samples == good_samples) == (at_rename == 1)  # old or new
     rc, out, err = run_tool(inspect_cli.main, [prefix])
-    _assert_one_error_line(rc, err, prefix + ".bin")
+    assert rc == 0, err
 
 

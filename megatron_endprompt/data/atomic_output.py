@@ -1,0 +1,274 @@
+"""Crash-safe, exclusive writing of a dataset prefix (``PREFIX.bin/.idx/.endprompt``).
+
+Why: a prefix is three files, and no sequence of renames replaces three files atomically;
+deleting the old ``.bin`` first (the earlier scheme) lost the old dataset when a kill hit the
+commit. Here a *commit journal* makes the swap all-or-nothing:
+
+1. the new files are written to ``PREFIX.<suffix>.tmp-PID`` and ``fsync``-ed;
+2. ``PREFIX.commit`` (the journal: the temporary name of every new file) is written atomically
+   (temporary + rename + directory ``fsync``). **This rename is the commit point**: before it
+   the prefix is the complete old dataset (its files were never touched), after it the prefix
+   is the complete new dataset, because anyone who finds the journal rolls it forward;
+3. each temporary is renamed over its final name (``.endprompt``, ``.idx``, ``.bin``);
+4. the journal is removed.
+
+A kill between 2 and 4 leaves the journal; :func:`finish_interrupted_commit` (run by the next
+preprocessing of the prefix, by ``inspect`` and by the pretrain start-up check) renames the
+remaining temporaries and removes the journal, so every reader sees the new dataset. Without
+our readers, the sidecar's fingerprint (``.idx`` SHA-256, ``.bin`` size) refuses the mixed
+files in most cases; the journal covers the rest (equal sample counts give equal ``.idx``).
+
+The prefix is also *exclusive*: ``PREFIX.lock`` is held with ``fcntl.flock`` for the whole
+run, so a second run writing the same prefix stops at once with one ``error:`` line instead of
+mixing its files with the first run's. Under the lock, temporaries left by dead processes
+(``PREFIX.bin.tmp-PID`` after a ``SIGKILL``) are removed.
+
+Fault injection: with ``MEGATRON_ENDPROMPT_FAULT_COMMIT_STEP=k`` the process ``os._exit``-s
+right after commit step ``k`` (see :data:`COMMIT_STEPS`), as a kill would; the reliability
+tests run every ``k`` and check the prefix loads as the old or the new dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import glob
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+
+from megatron_endprompt.errors import UserError
+
+__all__ = ["SUFFIXES", "COMMIT_STEPS", "FAULT_ENV", "PrefixWriter", "check_output_prefix",
+           "prefix_lock", "finish_interrupted_commit", "ensure_committed",
+           "remove_stale_temporaries", "pid_alive"]
+
+SUFFIXES = (".bin", ".idx", ".endprompt")
+JOURNAL = ".commit"
+LOCK = ".lock"
+FAULT_ENV = "MEGATRON_ENDPROMPT_FAULT_COMMIT_STEP"
+#: Commit steps after which a fault can be injected (index = ``k``).
+COMMIT_STEPS = ("temporaries written", "temporaries synced", "journal written",
+                "renamed .endprompt", "renamed .idx", "renamed .bin", "journal removed")
+_RENAME_ORDER = (".endprompt", ".idx", ".bin")
+_TMP_RE = re.compile(r"\.tmp-(\d+)$")
+
+
+def _fault(step: int) -> None:
+    if os.environ.get(FAULT_ENV) == str(step):
+        os._exit(137)  # as SIGKILL would: no cleanup, no flush
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a process of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def check_output_prefix(prefix: str, *, flag: str = "--output-prefix") -> None:
+    """Refuse a prefix that names a directory (``dir/`` would write hidden ``dir/.bin``)."""
+    if not prefix or prefix.endswith(("/", os.sep)) or os.path.isdir(prefix) \
+            or os.path.basename(prefix) in ("", ".", ".."):
+        raise UserError(f"{flag} {prefix!r} names a directory; give a file-name prefix inside "
+                        f"it, e.g. {os.path.join(prefix.rstrip('/') or '.', 'data')}")
+
+
+@contextlib.contextmanager
+def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
+                wait_s: float = 0.0) -> Iterator[None]:
+    """Hold ``PREFIX.lock`` exclusively (``fcntl.flock``); another holder -> :class:`UserError`
+    (after waiting up to ``wait_s`` seconds). The lock file records the holder's pid and is
+    removed on release (the inode check makes create/unlink races safe)."""
+    path = prefix + LOCK
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise UserError(f"{flag} {prefix}: cannot write in "
+                            f"{os.path.dirname(os.path.abspath(prefix))} ({exc.strerror}); "
+                            "choose an existing, writable directory") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise UserError(f"{flag} {prefix}: another run (pid {holder}) is writing this "
+                            "prefix; wait for it to finish or choose another prefix") from None
+        st = os.fstat(fd)
+        try:
+            cur = os.stat(path)
+        except FileNotFoundError:
+            cur = None
+        if cur is None or (cur.st_ino, cur.st_dev) != (st.st_ino, st.st_dev):
+            os.close(fd)  # the previous holder removed it between our open and flock
+            continue
+        break
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _journal(prefix: str) -> str:
+    return prefix + JOURNAL
+
+
+def finish_interrupted_commit(prefix: str) -> bool:
+    """Roll an interrupted commit forward (caller holds the lock); True if there was one."""
+    journal = _journal(prefix)
+    if not os.path.exists(journal):
+        return False
+    directory = os.path.dirname(os.path.abspath(prefix))
+    try:
+        with open(journal, encoding="utf-8") as f:
+            files = json.load(f)["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{journal}: unreadable commit journal ({exc}); remove it and re-run "
+                        "tools/preprocess_endprompt.py for this prefix") from None
+    for suffix in _RENAME_ORDER:
+        tmp = os.path.join(directory, files[suffix])
+        if os.path.exists(tmp):
+            os.replace(tmp, prefix + suffix)
+    _fsync_dir(directory)
+    os.unlink(journal)
+    _fsync_dir(directory)
+    return True
+
+
+def ensure_committed(prefix: str, *, flag: str = "data prefix") -> None:
+    """For readers: finish an interrupted commit of ``prefix`` if one is pending (waits for a
+    writer that is committing right now); one :class:`UserError` line when it cannot."""
+    if not os.path.exists(_journal(prefix)):
+        return
+    try:
+        with prefix_lock(prefix, flag=flag, wait_s=60.0):
+            finish_interrupted_commit(prefix)
+    except OSError as exc:
+        raise UserError(f"{flag} {prefix}: an interrupted preprocessing commit cannot be "
+                        f"finished ({exc.strerror}); re-run tools/preprocess_endprompt.py for "
+                        "this prefix in a writable directory") from None
+
+
+def remove_stale_temporaries(prefix: str) -> list[str]:
+    """Remove ``PREFIX.<suffix>.tmp-PID`` of processes that no longer exist (caller holds the
+    lock); returns the paths removed."""
+    removed = []
+    for suffix in (*SUFFIXES, JOURNAL):
+        for path in glob.glob(glob.escape(prefix + suffix) + ".tmp-*"):
+            m = _TMP_RE.search(path)
+            if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed.append(path)
+    return removed
+
+
+class PrefixWriter:
+    """The temporaries of one preprocessing run and their commit; holds the prefix lock from
+    construction to :meth:`close`.
+
+    ``tmp``: ``{".bin": ..., ".idx": ..., ".endprompt": ...}`` temporary paths to write.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        check_output_prefix(prefix)
+        self.prefix = prefix
+        self.directory = os.path.dirname(os.path.abspath(prefix))
+        self._lock = prefix_lock(prefix)
+        self._lock.__enter__()
+        try:
+            finish_interrupted_commit(prefix)
+            remove_stale_temporaries(prefix)
+        except BaseException:
+            self._lock.__exit__(None, None, None)
+            raise
+        tag = f".tmp-{os.getpid()}"
+        self.tmp = {s: prefix + s + tag for s in SUFFIXES}
+        self._journaled = False
+        self._closed = False
+
+    def commit(self) -> None:
+        """Make the temporaries the prefix (see the module docstring); SIGINT/SIGTERM are held
+        back until it is done, so a handled signal never splits it."""
+        _fault(0)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            for path in self.tmp.values():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            _fault(1)
+            journal = _journal(self.prefix)
+            tmp_journal = journal + f".tmp-{os.getpid()}"
+            with open(tmp_journal, "w", encoding="utf-8") as f:
+                json.dump({"pid": os.getpid(), "files": {s: os.path.basename(p)
+                                                          for s, p in self.tmp.items()}}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_journal, journal)  # the commit point
+            self._journaled = True
+            _fsync_dir(self.directory)
+            _fault(2)
+            for k, suffix in enumerate(_RENAME_ORDER, 3):
+                os.replace(self.tmp[suffix], self.prefix + suffix)
+                _fault(k)
+            _fsync_dir(self.directory)
+            os.unlink(journal)
+            _fsync_dir(self.directory)
+            self._journaled = False
+            _fault(6)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def close(self) -> None:
+        """Remove what was not committed and release the lock (idempotent). A commit that
+        passed its commit point but failed (e.g. a full disk at a rename) is rolled forward."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._journaled:  # past the commit point: finish, keep temporaries otherwise
+                with contextlib.suppress(OSError, UserError):
+                    finish_interrupted_commit(self.prefix)
+                    self._journaled = False
+            if not self._journaled:
+                for path in (*self.tmp.values(), _journal(self.prefix) + f".tmp-{os.getpid()}"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+        finally:
+            self._lock.__exit__(None, None, None)

@@ -1,0 +1,187 @@
+"""Start-up checks of the pretrain entry that run before Megatron initialises anything.
+
+Megatron reports a malformed blend, a missing prefix, a typo in ``--load`` or a zero
+``--make-vocab-size-divisible-by`` late (after ``torch.distributed`` and the model are up) and
+as a traceback (``assert all(is_none)``, ``FileNotFoundError`` in ``IndexedDataset``,
+``ZeroDivisionError``) or not at all (a missing ``--load`` trains from scratch after a
+warning). Each is refused here with one line naming the flag and the fix.
+
+Blend sources: ``--data-path``, ``--data-args-path`` (a file with the same tokens),
+``--{train,valid,test}-data-path`` and ``--per-split-data-args-path`` (JSON), all parsed by
+:func:`blends` — the one parser the sidecar check (``args.data_prefixes``) uses too, so
+prefixes given through a file are checked like the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+from megatron_endprompt.errors import UserError
+
+__all__ = ["blends", "blend_prefixes", "check_startup", "parse_args_checked"]
+
+_BLEND_HELP = ("give PREFIX [PREFIX ...] or weight/prefix pairs W1 PREFIX1 W2 PREFIX2 ... "
+               "with weights > 0")
+
+
+def _read(flag: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{flag} {path}: cannot read ({getattr(exc, 'strerror', None) or exc})"
+                        ) from None
+
+
+def _sources(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """``(flag, tokens)`` for every blend the run names."""
+    out: list[tuple[str, list[str]]] = []
+    if getattr(args, "data_path", None):
+        out.append(("--data-path", list(args.data_path)))
+    path = getattr(args, "data_args_path", None)
+    if path:
+        out.append((f"--data-args-path {path}", _read("--data-args-path", path).split()))
+    for split in ("train", "valid", "test"):
+        values = getattr(args, f"{split}_data_path", None)
+        if values:
+            out.append((f"--{split}-data-path", list(values)))
+    path = getattr(args, "per_split_data_args_path", None)
+    if path:
+        try:
+            per_split = json.loads(_read("--per-split-data-args-path", path))
+            for split in ("train", "valid", "test"):
+                value = per_split[split]
+                if value:
+                    out.append((f"--per-split-data-args-path {path} [{split}]",
+                                value.split() if isinstance(value, str) else list(value)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--per-split-data-args-path {path}: not a JSON object with train, "
+                            f"valid and test blends ({exc})") from None
+    return out
+
+
+def _parse_blend(flag: str, tokens: list[str]) -> list[tuple[float | None, str]]:
+    """``[(weight or None, prefix)]`` of one blend, validated like a user would expect."""
+    shown = " ".join(tokens)
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    if not tokens:
+        raise UserError(f"{flag}: empty blend; {_BLEND_HELP}")
+
+    def number(tok: str) -> float | None:
+        try:
+            return float(tok)
+        except ValueError:
+            return None
+
+    numeric = [number(t) is not None for t in tokens]
+    if len(tokens) % 2 == 0 and all(numeric[0::2]):
+        pairs = [(number(w), p) for w, p in zip(tokens[0::2], tokens[1::2])]
+        for w, p in pairs:
+            if number(p) is not None and not os.path.exists(p + ".bin"):
+                raise UserError(f"{flag} '{shown}': {p} in a prefix position is a number; "
+                                f"{_BLEND_HELP}")
+            if not (math.isfinite(w) and w > 0):
+                raise UserError(f"{flag} '{shown}': weight {w:g} of {p} must be finite and "
+                                f"> 0; drop the prefix instead of giving it weight 0")
+        return pairs
+    if any(numeric) and not all(os.path.exists(t + ".bin") for t, n in zip(tokens, numeric)
+                                if n):
+        raise UserError(f"{flag} '{shown}': mixes weights and prefixes ({len(tokens)} values); "
+                        f"{_BLEND_HELP}")
+    return [(None, t) for t in tokens]
+
+
+def blends(args: argparse.Namespace) -> list[tuple[str, list[tuple[float | None, str]]]]:
+    """Every blend of the run, parsed and validated: ``[(flag, [(weight, prefix), ...])]``."""
+    return [(flag, _parse_blend(flag, tokens)) for flag, tokens in _sources(args)]
+
+
+def blend_prefixes(args: argparse.Namespace) -> list[str]:
+    """Every data prefix of the run (all blend sources), in order, without repeats."""
+    return list(dict.fromkeys(p for _, pairs in blends(args) for _, p in pairs))
+
+
+def _check_prefixes(args: argparse.Namespace) -> None:
+    from megatron_endprompt.data.atomic_output import ensure_committed
+
+    for flag, pairs in blends(args):
+        for _, prefix in pairs:
+            hint = ""
+            if prefix.endswith((".bin", ".idx", ".endprompt")):
+                hint = f" (drop the extension: {os.path.splitext(prefix)[0]})"
+            ensure_committed(prefix, flag=flag)
+            for suffix in (".bin", ".idx"):
+                if not os.path.isfile(prefix + suffix):
+                    raise UserError(f"{flag}: {prefix}{suffix} not found{hint}; give the prefix "
+                                    "written by tools/preprocess_endprompt.py --output-prefix")
+
+
+def _has_checkpoint(path: str) -> bool:
+    if not os.path.isdir(path):
+        return False
+    names = os.listdir(path)
+    return ("latest_checkpointed_iteration.txt" in names or "release" in names
+            or any(n.startswith("iter_") for n in names) or "metadata.json" in names
+            or any(n.endswith(".distcp") for n in names))
+
+
+def _check_load(args: argparse.Namespace) -> None:
+    """A ``--load`` without a checkpoint makes Megatron train from scratch after a warning;
+    EndPrompt extends a trained model, so that is refused unless it is the first launch of
+    ``--load OUT --save OUT --pretrained-checkpoint IN`` (OUT is written by this run)."""
+    pretrained = getattr(args, "pretrained_checkpoint", None)
+    if pretrained and not _has_checkpoint(pretrained):
+        raise UserError(f"--pretrained-checkpoint {pretrained}: no Megatron checkpoint there "
+                        "(no latest_checkpointed_iteration.txt, iter_* or release); fix the path "
+                        "(convert HF weights with tools/convert_checkpoint.py hf-to-megatron)")
+    load = getattr(args, "load", None)
+    if not load or _has_checkpoint(load):
+        return
+    save = getattr(args, "save", None)
+    first_launch = bool(pretrained) and save and os.path.abspath(save) == os.path.abspath(load)
+    if first_launch and not getattr(args, "finetune", False):
+        return
+    what = "does not exist" if not os.path.exists(load) else "holds no Megatron checkpoint"
+    raise UserError(f"--load {load} {what}; Megatron would train from scratch. Fix the path, "
+                    "or start from a model with --load OUT --save OUT --pretrained-checkpoint IN")
+
+
+def check_startup(args: argparse.Namespace) -> None:
+    """All checks above; raises :class:`UserError`. Cheap: reads flags and directory listings."""
+    divisor = getattr(args, "make_vocab_size_divisible_by", 128)
+    if divisor is not None and divisor < 1:
+        raise UserError(f"--make-vocab-size-divisible-by {divisor} must be >= 1 (128 is "
+                        "Megatron's default)")
+    L = getattr(args, "endprompt_target_length", None)
+    if L is not None and not 0 < L <= 2**31 - 1:
+        raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
+                        "positions)")
+    _check_prefixes(args)
+    _check_load(args)
+
+
+def parse_args_checked(argv: list[str], extra_args_provider) -> argparse.Namespace:
+    """Megatron's ``parse_and_validate_args`` (it reads ``sys.argv``), with the flags it
+    divides by checked first and its bare ``assert``s in ``validate_args`` (e.g. ``--save``
+    without ``--save-interval``) turned into one line quoting the failed condition."""
+    import traceback
+
+    from megatron.training.arguments import parse_and_validate_args
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
+    known, _ = pre.parse_known_args(argv)
+    if known.make_vocab_size_divisible_by < 1:
+        raise UserError(f"--make-vocab-size-divisible-by {known.make_vocab_size_divisible_by} "
+                        "must be >= 1 (128 is Megatron's default)")
+    try:
+        return parse_and_validate_args(extra_args_provider=extra_args_provider)
+    except AssertionError as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{os.path.basename(frame.filename)}:{frame.lineno}"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else (frame.line or "")
+        raise UserError(f"Megatron refused the flags: {detail} (megatron {where}); set the "
+                        "flags it names") from None
