@@ -14,7 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
-from megatron_endprompt.evaluation.results_io import finite_or_null, sanitized
+from megatron_endprompt.evaluation.results_io import (
+    finite_or_null,
+    sanitized,
+    write_text_atomic,
+)
 from megatron_endprompt.evaluation.scoring import mean_score
 
 __all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
@@ -216,20 +220,13 @@ def output_paths(json_path: str) -> dict[str, str]:
             "md": base + ".md", "niah_png": base + "_niah.png", "ppl_png": base + "_ppl.png"}
 
 
-def _atomic_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_tables(results: dict[str, Any], json_path: str) -> list[str]:
     """Write the JSON (non-finite numbers as null) and markdown of ``results`` atomically."""
     paths = output_paths(json_path)
     os.makedirs(os.path.dirname(os.path.abspath(paths["json"])), exist_ok=True)
     clean = finite({k: v for k, v in results.items() if k != "written"})
-    _atomic_text(paths["json"], json.dumps(clean, indent=2, allow_nan=False) + "\n")
-    _atomic_text(paths["md"], markdown_table(clean))
+    write_text_atomic(paths["json"], json.dumps(clean, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(paths["md"], markdown_table(clean))
     return [paths["json"], paths["md"]]
 
 

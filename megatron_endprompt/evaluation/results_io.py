@@ -16,7 +16,7 @@ from typing import Any
 from megatron_endprompt.errors import UserError
 
 __all__ = ["check_weights_readable", "check_writable", "finite_or_null", "sanitized",
-           "write_json_now"]
+           "write_json_now", "write_text_atomic"]
 
 
 def check_writable(path: str, *, flag: str = "--output") -> None:
@@ -70,18 +70,23 @@ def sanitized(results: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def write_json_now(results: dict[str, Any], path: str) -> None:
-    """Write ``results`` (sanitised) to ``path`` atomically: a later crash keeps what finished."""
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling and a rename; on any failure (a
+    full disk, a signal) the temporary is removed and ``path`` keeps its previous content."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(sanitized(results), f, indent=2, allow_nan=False)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_now(results: dict[str, Any], path: str) -> None:
+    """Write ``results`` (sanitised) to ``path`` atomically: a later crash keeps what finished."""
+    write_text_atomic(path, json.dumps(sanitized(results), indent=2, allow_nan=False) + "\n")
 
 
 def check_weights_readable(hf_dir: str) -> None:
