@@ -45,12 +45,8 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
     from megatron_endprompt.cli.convert import main as convert_main
     from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, EOD_PROMPT
     from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
-    from megatron_endprompt.evaluation.runner import (
-        greedy_generate,
-        load_model,
-        load_tokenizer,
-        run_perplexity,
-    )
+    from megatron_endprompt.evaluation.perplexity import run_doc_perplexity
+    from megatron_endprompt.evaluation.runner import greedy_generate, load_model, load_tokenizer
     from megatron_endprompt.layout import positions_from_record
     from megatron_endprompt.training.loss import read_loss_log
 
@@ -125,8 +121,7 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
     assert len(answers) == 3 and all(len(a) <= 4 for a in answers)
     assert all(0 <= t < model.config.vocab_size for a in answers for t in a)
     tokens = np.asarray([t for text in spm_corpus.texts[:8] for t in original(text).input_ids])
-    stats = run_perplexity(model, tokens, length=P, stride=P, batch_size=4, max_windows=4)
-    ppl = float(np.exp(stats.mean_nll))
+    ppl = run_doc_perplexity(model, [tokens], length=P, stride=P, max_windows=4)["ppl"]
     print(f"exported model: perplexity {ppl:.1f} (uniform: {len(exported)}); answers {answers}")
     assert np.isfinite(ppl) and ppl < len(exported), "the trained model beats uniform"
     with torch.no_grad():
