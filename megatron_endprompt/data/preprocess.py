@@ -26,10 +26,12 @@ from megatron_endprompt.data.samples import SampleMaker, TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import (
     SidecarHeader,
     file_fingerprint,
+    check_sidecar_name,
     sidecar_path,
     write_sidecar,
 )
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -67,6 +69,8 @@ class PreprocessOptions:
     """``--seed``: per-sample layouts come from ``(seed, sample index)``."""
     progress: bool = True
     """Show a tqdm bar (docs/s, tokens/s) on a terminal."""
+    name: str | None = None
+    """``--name``: write the sidecar as ``PREFIX.NAME.endprompt`` (default ``PREFIX.endprompt``)."""
 
     def __post_init__(self) -> None:
         if self.terminal_source not in TERMINAL_SOURCES:
@@ -81,6 +85,7 @@ class PreprocessOptions:
             raise ValueError(f"--workers {self.workers} must be >= 1")
         if not self.json_keys:
             raise ValueError("--json-keys needs at least one key")
+        check_sidecar_name(self.name)
 
 
 # -- worker side ---------------------------------------------------------------------------
@@ -297,15 +302,17 @@ def preprocess(opts: PreprocessOptions) -> dict:
             seed=opts.seed,
             num_samples=stats.samples,
             idx_sha256=file_fingerprint(tmp[".idx"]),
+            idx_bytes=os.path.getsize(tmp[".idx"]),
             bin_bytes=os.path.getsize(tmp[".bin"]),
-            tokenizer={**opts.tokenizer.as_dict(), **_abs_model(opts.tokenizer),
-                       "vocab_size": tokenizer.vocab_size,
-                       "eod": tokenizer.eod},
+            tokenizer=tokenizer_identity(
+                tokenizer, tokenizer_type=opts.tokenizer.tokenizer_type,
+                tokenizer_model=_abs_model(opts.tokenizer).get(
+                    "tokenizer_model", opts.tokenizer.tokenizer_model)),
             # no wall-clock time in the file: same inputs and seed give byte-identical outputs
             stats={k: v for k, v in summary.items() if k != "seconds"},
         )
         write_sidecar(tmp[".endprompt"], header, np.stack(records))
-        _commit(opts.output_prefix, tmp)
+        _commit(opts.output_prefix, tmp, opts.name)
     finally:
         for path in tmp.values():
             if os.path.exists(path):
@@ -319,12 +326,12 @@ def _abs_model(spec: TokenizerSpec) -> dict:
     return {"tokenizer_model": os.path.abspath(path)} if path and os.path.exists(path) else {}
 
 
-def _commit(prefix: str, tmp: dict[str, str]) -> None:
+def _commit(prefix: str, tmp: dict[str, str], name: str | None = None) -> None:
     """Rename temporaries into place: old ``.bin`` removed first, new ``.bin`` last, so at
     every instant either the set is complete and consistent or ``PREFIX.bin`` is absent."""
     if os.path.exists(prefix + ".bin"):
         os.unlink(prefix + ".bin")
-    os.replace(tmp[".endprompt"], sidecar_path(prefix))
+    os.replace(tmp[".endprompt"], sidecar_path(prefix, name))
     os.replace(tmp[".idx"], prefix + ".idx")
     os.replace(tmp[".bin"], prefix + ".bin")
 

@@ -1,0 +1,75 @@
+"""Which tokenizer made a dataset: recorded in the sidecar, compared at pretrain start.
+
+Why: token ids mean nothing without their tokenizer. Training on data made with another
+tokenizer either runs silently on garbage (ids < vocab) or crashes in the embedding (ids >=
+vocab). The identity is what decides whether two tokenizers produce the same ids:
+
+* ``vocab_size`` and ``eod`` (Megatron's ``tokenizer.vocab_size`` / ``tokenizer.eod``);
+* ``fingerprint``: SHA-256 of the id -> token-string table for every id (so two copies of one
+  tokenizer at different paths agree, and a retrained vocabulary of the same size does not);
+* ``tokenizer_type`` / ``tokenizer_model``: informative only (named in the error message).
+
+The fingerprint is computed from the tokenizer object Megatron builds (the same builder for
+preprocessing and training), never from file bytes, so re-saved files with the same
+vocabulary still match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+_MEMO_ATTR = "_endprompt_identity"
+
+
+def vocab_fingerprint(tokenizer: Any) -> str:
+    """SHA-256 (hex) of ``json.dumps(tokenizer.ids_to_tokens(range(vocab_size)))``."""
+    n = int(tokenizer.vocab_size)
+    try:
+        tokens = tokenizer.ids_to_tokens(list(range(n)))
+    except Exception:  # a library without ids_to_tokens (or with holes): fall back to vocab
+        try:
+            vocab = tokenizer.vocab
+            tokens = list(vocab) if isinstance(vocab, list) else sorted(vocab.items(), key=str)
+        except Exception:
+            tokens = [f"<{n}>"]
+    blob = json.dumps([t if isinstance(t, str) or t is None else repr(t) for t in tokens],
+                      ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def tokenizer_identity(tokenizer: Any, *, tokenizer_type: str | None = None,
+                       tokenizer_model: str | None = None) -> dict:
+    """``{tokenizer_type, tokenizer_model, vocab_size, eod, fingerprint}`` of a Megatron
+    tokenizer; memoised on the object (the fingerprint costs ~0.1 s for 128K tokens)."""
+    memo = getattr(tokenizer, _MEMO_ATTR, None)
+    if memo is None:
+        eod = getattr(tokenizer, "eod", None)
+        memo = {"vocab_size": int(tokenizer.vocab_size),
+                "eod": None if eod is None else int(eod),
+                "fingerprint": vocab_fingerprint(tokenizer)}
+        try:
+            setattr(tokenizer, _MEMO_ATTR, memo)
+        except AttributeError:
+            pass
+    return {"tokenizer_type": tokenizer_type, "tokenizer_model": tokenizer_model, **memo}
+
+
+def describe(identity: dict) -> str:
+    """``HuggingFaceTokenizer /path (vocab 128256, eod 128001, vocab sha256 1a2b3c4d5e6f)``."""
+    name = " ".join(str(x) for x in (identity.get("tokenizer_type"),
+                                     identity.get("tokenizer_model")) if x) or "tokenizer"
+    fp = identity.get("fingerprint") or "?"
+    return (f"{name} (vocab {identity.get('vocab_size')}, eod {identity.get('eod')}, "
+            f"vocab sha256 {fp[:12]})")
+
+
+def same_tokenizer(recorded: dict, current: dict) -> bool:
+    """Whether ``current`` produces the ids ``recorded`` describes (vocab, EOD, fingerprint)."""
+    return all(recorded.get(k) == current.get(k) for k in ("vocab_size", "eod", "fingerprint"))
+
+
+def is_known(identity: dict) -> bool:
+    """A sidecar made without a tokenizer (e.g. for an existing corpus) records none."""
+    return bool(identity) and identity.get("fingerprint") is not None
