@@ -263,3 +263,21 @@ def test_stale_data_is_refused_naming_both_files(good):
     _expect(path, prefix, path, prefix + ".idx", "fingerprint")
     os.unlink(prefix + ".bin")
     _expect(path, prefix, prefix + ".bin", "missing")
+
+
+def test_preprocess_and_inspect_named_sidecar(spm_args, run_tool, tmp_path):
+    """Issue 10: --name writes PREFIX.NAME.endprompt (the default name is left alone)."""
+    from megatron_endprompt.cli import inspect as inspect_cli
+    from megatron_endprompt.cli import preprocess as preprocess_cli
+
+    prefix = str(tmp_path / "n")
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(prefix, "--name", "L512"))
+    assert rc == 0, err
+    assert os.path.exists(prefix + ".L512.endprompt") and not os.path.exists(prefix + ".endprompt")
+    assert prefix + ".L512.endprompt" in out
+    rc, out, err = run_tool(inspect_cli.main, [prefix, "--name", "L512", "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["stats"]["layout"]["target_length"] == 512
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(str(tmp_path / "m"), "--name", "a/b"))
+    assert rc != 0 and err.count("error:") == 1 and "--name" in err
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("m.")]
