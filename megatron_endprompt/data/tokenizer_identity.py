@@ -23,18 +23,36 @@ from typing import Any
 _MEMO_ATTR = "_endprompt_identity"
 
 
-def vocab_fingerprint(tokenizer: Any) -> str:
-    """SHA-256 (hex) of ``json.dumps(tokenizer.ids_to_tokens(range(vocab_size)))``."""
+def id_to_token_table(tokenizer: Any) -> list | None:
+    """Token string of every id ``0..vocab_size-1``; ``None`` when the tokenizer has no table
+    (``NullTokenizer``: the ids are the tokens). Megatron's wrapper keeps the library
+    tokenizer in ``_tokenizer`` (which has ``ids_to_tokens``)."""
     n = int(tokenizer.vocab_size)
-    try:
-        tokens = tokenizer.ids_to_tokens(list(range(n)))
-    except Exception:  # a library without ids_to_tokens (or with holes): fall back to vocab
+    for obj in (getattr(tokenizer, "_tokenizer", None), tokenizer):
+        convert = getattr(obj, "ids_to_tokens", None) if obj is not None else None
+        if convert is None:
+            continue
         try:
-            vocab = tokenizer.vocab
-            tokens = list(vocab) if isinstance(vocab, list) else sorted(vocab.items(), key=str)
-        except Exception:
-            tokens = [f"<{n}>"]
-    blob = json.dumps([t if isinstance(t, str) or t is None else repr(t) for t in tokens],
+            return list(convert(list(range(n))))
+        except Exception:  # holes in the id space, or no table at all
+            continue
+    try:
+        vocab = tokenizer.vocab
+    except Exception:
+        return None
+    if isinstance(vocab, dict):
+        return [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    return list(vocab) if vocab is not None else None
+
+
+def vocab_fingerprint(tokenizer: Any) -> str:
+    """SHA-256 (hex) of the id -> token table (JSON), or of the library class and size for a
+    tokenizer without a table."""
+    table = id_to_token_table(tokenizer)
+    if table is None:
+        lib = getattr(tokenizer, "_tokenizer", tokenizer)
+        table = [f"<{type(lib).__name__}:{int(tokenizer.vocab_size)}>"]
+    blob = json.dumps([t if isinstance(t, str) or t is None else repr(t) for t in table],
                       ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
