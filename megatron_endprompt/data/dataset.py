@@ -158,7 +158,9 @@ def _config_tokenizer_identity(config: EndPromptDatasetConfig) -> dict | None:
     tok = getattr(config, "tokenizer", None)
     if tok is None or getattr(tok, "vocab_size", None) is None:
         return None
-    return tokenizer_identity(tok)
+    # rank 0 compares the vocabulary fingerprint; the others (same flags) size and EOD only
+    rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    return tokenizer_identity(tok, fingerprint=rank0)
 
 
 def load_checked_sidecar(prefix: str, config: EndPromptDatasetConfig) -> Sidecar | None:

@@ -28,7 +28,10 @@ def id_to_token_table(tokenizer: Any) -> list | None:
     (``NullTokenizer``: the ids are the tokens). Megatron's wrapper keeps the library
     tokenizer in ``_tokenizer`` (which has ``ids_to_tokens``)."""
     n = int(tokenizer.vocab_size)
-    for obj in (getattr(tokenizer, "_tokenizer", None), tokenizer):
+    lib = getattr(tokenizer, "_tokenizer", None)
+    if "NullTokenizer" in type(lib).__name__ or "NullTokenizer" in type(tokenizer).__name__:
+        return None
+    for obj in (lib, tokenizer):
         convert = getattr(obj, "ids_to_tokens", None) if obj is not None else None
         if convert is None:
             continue
@@ -58,20 +61,25 @@ def vocab_fingerprint(tokenizer: Any) -> str:
 
 
 def tokenizer_identity(tokenizer: Any, *, tokenizer_type: str | None = None,
-                       tokenizer_model: str | None = None) -> dict:
+                       tokenizer_model: str | None = None, fingerprint: bool = True) -> dict:
     """``{tokenizer_type, tokenizer_model, vocab_size, eod, fingerprint}`` of a Megatron
-    tokenizer; memoised on the object (the fingerprint costs ~0.1 s for 128K tokens)."""
-    memo = getattr(tokenizer, _MEMO_ATTR, None)
-    if memo is None:
-        eod = getattr(tokenizer, "eod", None)
-        memo = {"vocab_size": int(tokenizer.vocab_size),
-                "eod": None if eod is None else int(eod),
-                "fingerprint": vocab_fingerprint(tokenizer)}
-        try:
-            setattr(tokenizer, _MEMO_ATTR, memo)
-        except AttributeError:
-            pass
-    return {"tokenizer_type": tokenizer_type, "tokenizer_model": tokenizer_model, **memo}
+    tokenizer; the fingerprint (~0.1 s for 128K tokens) is memoised on the object, and left
+    ``None`` with ``fingerprint=False`` (ranks other than rank 0 compare size and EOD only:
+    every rank builds its tokenizer from the same flags)."""
+    eod = getattr(tokenizer, "eod", None)
+    identity = {"tokenizer_type": tokenizer_type, "tokenizer_model": tokenizer_model,
+                "vocab_size": int(tokenizer.vocab_size), "eod": None if eod is None else int(eod),
+                "fingerprint": None}
+    if fingerprint:
+        memo = getattr(tokenizer, _MEMO_ATTR, None)
+        if memo is None:
+            memo = vocab_fingerprint(tokenizer)
+            try:
+                setattr(tokenizer, _MEMO_ATTR, memo)
+            except AttributeError:
+                pass
+        identity["fingerprint"] = memo
+    return identity
 
 
 def describe(identity: dict) -> str:
@@ -84,8 +92,10 @@ def describe(identity: dict) -> str:
 
 
 def same_tokenizer(recorded: dict, current: dict) -> bool:
-    """Whether ``current`` produces the ids ``recorded`` describes (vocab, EOD, fingerprint)."""
-    return all(recorded.get(k) == current.get(k) for k in ("vocab_size", "eod", "fingerprint"))
+    """Whether ``current`` produces the ids ``recorded`` describes: vocabulary size, EOD id
+    and (when ``current`` has one) the vocabulary fingerprint."""
+    keys = ("vocab_size", "eod") + (("fingerprint",) if current.get("fingerprint") else ())
+    return all(recorded.get(k) == current.get(k) for k in keys)
 
 
 def is_known(identity: dict) -> bool:

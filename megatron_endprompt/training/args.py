@@ -94,9 +94,10 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
     :func:`~megatron_endprompt.data.dataset.find_sidecar`); returns ``{prefix: layout}`` for
     the EndPrompt prefixes (prefixes in ``--endprompt-replay-prefixes`` are replay data).
 
-    Cheap on every rank (header checksum, sizes); global rank 0 also runs the full
-    verification once per file identity (:mod:`megatron_endprompt.data.trust`), so a corrupt
-    ``.idx`` is refused before Megatron starts and the other ranks find the verdict cached."""
+    Cheap on every rank (header checksum, sizes); global rank 0 also builds the training
+    tokenizer to compare its identity, and runs the full verification once per file identity
+    (:mod:`megatron_endprompt.data.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
+    refused before Megatron starts and the other ranks find the verdict cached."""
     import os
     from dataclasses import asdict
 
@@ -116,8 +117,8 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
     found = {}
     rank0 = os.environ.get("RANK", "0") == "0"
     for prefix in prefixes:
-        if identity is None and getattr(args, "tokenizer_type", None):
-            identity = training_tokenizer_identity(args)
+        if identity is None and rank0 and getattr(args, "tokenizer_type", None):
+            identity = training_tokenizer_identity(args)  # the datasets check it on every rank
         sidecar = find_sidecar(
             prefix, seq_length=args.seq_length, target_length=args.endprompt_target_length,
             name=name, replay_prefixes=replay, tokenizer_identity=identity,

@@ -73,3 +73,13 @@ def test_sentencepiece_and_null_identities(spm_corpus, tmp_path):
 def test_any_difference_is_a_different_tokenizer(key):
     a = {"vocab_size": 10, "eod": 2, "fingerprint": "0" * 64}
     assert same_tokenizer(a, dict(a)) and not same_tokenizer(a, {**a, key: 3})
+
+
+def test_without_fingerprint_only_size_and_eod_are_compared():
+    """Ranks other than rank 0 skip the fingerprint (same flags build the same tokenizer)."""
+    tok = build_megatron_tokenizer("NullTokenizer", None, 1000)
+    cheap = tokenizer_identity(tok, fingerprint=False)
+    assert cheap["fingerprint"] is None
+    recorded = tokenizer_identity(tok)
+    assert same_tokenizer(recorded, cheap)
+    assert not same_tokenizer(recorded, {**cheap, "vocab_size": 1001})

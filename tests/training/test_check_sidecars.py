@@ -13,7 +13,7 @@ from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.sidecar import sidecar_path
 from megatron_endprompt.errors import UserError, run_cli
 
-from conftest import SPM_L, SPM_P
+SPM_P, SPM_L = 64, 512  # the layout of the session fixture ``spm_args`` (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
