@@ -11,6 +11,10 @@
 # DATA_PREFIX from `tools/preprocess_endprompt.py --seq-length 8192 --target-length 65536 ...`
 # (the run refuses a sidecar built for another --seq-length / target length).
 # Extra Megatron flags can be appended: bash examples/pretrain_llama3_endprompt.sh --foo bar
+# - A named layout (preprocessed with --name L64K -> PREFIX.L64K.endprompt): append
+#   --endprompt-sidecar-name L64K. Short-context replay data must be named explicitly:
+#   --data-path 0.8 EP_PREFIX 0.2 PLAIN_PREFIX --endprompt-replay-prefixes PLAIN_PREFIX
+#   (a prefix without the sidecar and not listed is refused).
 #
 # Sizing notes
 # - Target 32K: TARGET_LENGTH=32768 PI_FACTOR=4 (s = ceil(L / L0) with L0 = 8192).
