@@ -9,8 +9,8 @@ sidecar (fixed placement) written by the library's own writer.
 Each measured start is a fresh Python process that builds train/valid/test through
 ``BlendedMegatronDatasetBuilder`` (split 98,1,1; one epoch of train samples) and reports:
 
-* wall time of ``build()`` (imports excluded, tokenizer construction excluded for both;
-  our tokenizer-identity check and verification included);
+* wall and CPU time of ``build()`` (imports excluded, tokenizer construction excluded for
+  both; our tokenizer-identity check and verification included);
 * bytes read: ``/proc/self/io`` ``read_bytes`` (storage reads, including memory-map page
   faults; the files' pages are evicted with ``posix_fadvise(DONTNEED)`` before every run, so
   this is the cold-cache figure a shared filesystem sees) and ``rchar`` (``read()`` syscalls);
@@ -131,13 +131,13 @@ def child(kind: str, prefix: str, cache: str, docs: int) -> dict:
         cls, config = EndPromptGPTDataset, EndPromptDatasetConfig(
             **common, endprompt_target_length=L)
     sizes = [int(docs * 0.98), docs // 100, docs // 100]
-    rss0, io0, t0 = _rss_kib(), _io(), time.perf_counter()
+    rss0, io0, t0, c0 = _rss_kib(), _io(), time.perf_counter(), time.process_time()
     datasets = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     io1 = _io()
     sample = datasets[0][len(datasets[0]) // 2]  # the datasets work
     assert sample["tokens"].shape[0] == P
-    return {"wall_s": wall, "read_bytes": io1["read_bytes"] - io0["read_bytes"],
+    return {"wall_s": wall, "cpu_s": cpu, "read_bytes": io1["read_bytes"] - io0["read_bytes"],
             "rchar": io1["rchar"] - io0["rchar"], "rss_before_mib": rss0 / 1024,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "samples": [len(d) for d in datasets]}
@@ -163,6 +163,13 @@ def seq_read_s(path: str) -> float:
     return time.perf_counter() - t0
 
 
+def _best(runs: list[dict]) -> dict:
+    """Minimum over repeats of every number (wall time varies with machine load; bytes and
+    RSS hardly do)."""
+    return {k: min(r[k] for r in runs) if isinstance(runs[0][k], (int, float)) else runs[0][k]
+            for k in runs[0]}
+
+
 def measure(workdir: str, docs: int, repeat: int) -> dict:
     prefix = os.path.join(workdir, f"corpus_{docs}")
     t0 = time.perf_counter()
@@ -172,25 +179,87 @@ def measure(workdir: str, docs: int, repeat: int) -> dict:
                  "sidecar_bytes": os.path.getsize(prefix + ".endprompt"),
                  "bin_bytes_sparse": os.path.getsize(prefix + ".bin"), "make_s": made,
                  "idx_seq_read_s": min(seq_read_s(prefix + ".idx") for _ in range(repeat))}
-    for kind in ("stock", "ours"):
-        firsts, laters = [], []
-        for r in range(repeat):
+    runs = {kind: {"first": [], "later": []} for kind in ("stock", "ours")}
+    for r in range(repeat):  # interleaved, so both see the same machine load
+        for kind in ("stock", "ours"):
             cache = os.path.join(workdir, f"cache_{kind}_{docs}_{r}")
             shutil.rmtree(cache, ignore_errors=True)
-            firsts.append(run_child(kind, prefix, cache, docs))
-            laters.append(run_child(kind, prefix, cache, docs))
+            runs[kind]["first"].append(run_child(kind, prefix, cache, docs))
+            runs[kind]["later"].append(run_child(kind, prefix, cache, docs))
             shutil.rmtree(cache, ignore_errors=True)
-        best = lambda runs: {k: (min(r[k] for r in runs) if isinstance(runs[0][k], float)  # noqa: E731
-                                 or isinstance(runs[0][k], int) else runs[0][k])
-                             for k in runs[0]}
-        res[kind] = {"first": best(firsts), "later": best(laters),
-                     "all_first": firsts, "all_later": laters}
-        print(f"{docs:>12,} {kind:5s} first {res[kind]['first']['wall_s']:7.2f}s "
-              f"{res[kind]['first']['read_bytes'] / 1e6:9.1f} MB  later "
-              f"{res[kind]['later']['wall_s']:7.2f}s {res[kind]['later']['read_bytes'] / 1e6:9.1f}"
-              f" MB  peak RSS {res[kind]['first']['peak_rss_mib']:.0f}/"
-              f"{res[kind]['later']['peak_rss_mib']:.0f} MiB", flush=True)
+    for kind in ("stock", "ours"):
+        res[kind] = {start: _best(runs[kind][start]) for start in ("first", "later")}
+        res[kind].update(all_first=runs[kind]["first"], all_later=runs[kind]["later"])
+        f, l_ = res[kind]["first"], res[kind]["later"]
+        print(f"{docs:>12,} {kind:5s} first {f['wall_s']:7.2f}s {f['read_bytes'] / 1e6:9.1f} MB"
+              f"  later {l_['wall_s']:7.2f}s {l_['read_bytes'] / 1e6:9.1f} MB  peak RSS "
+              f"{f['peak_rss_mib']:.0f}/{l_['peak_rss_mib']:.0f} MiB", flush=True)
     return res
+
+
+# -- report and projection ----------------------------------------------------------------
+PROJ_DOCS, PROJ_RANKS = 10**9, 1000  # 1T tokens at ~1,000 tokens per document
+IDX_B, REC_B = 20, 8  # .idx bytes per document (int32 length, int64 pointer, int64 doc index)
+
+
+def _fit(runs: list[dict], kind: str, start: str, key: str) -> tuple[float, float]:
+    """``a + b * D`` through the two largest corpora (least squares when more)."""
+    import numpy as np
+
+    xs = np.array([r["docs"] for r in runs], dtype=float)
+    ys = np.array([r[kind][start][key] for r in runs], dtype=float)
+    if len(xs) == 1:
+        return 0.0, float(ys[0] / xs[0])
+    b, a = np.polyfit(xs, ys, 1)
+    return float(max(a, 0.0)), float(max(b, 0.0))
+
+
+def report(paths: list[str]) -> str:
+    """Markdown tables: measured figures, then the projection to 1T tokens / 1,000 ranks."""
+    runs = sorted((r for p in paths for r in json.load(open(p))["runs"]),
+                  key=lambda r: r["docs"])
+    rows = ["| documents | `.idx` | start | dataset | wall s | CPU s | read_bytes MB | rchar MB "
+            "| peak RSS MiB |", "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        for start in ("first", "later"):
+            for kind, name in (("stock", "stock `GPTDataset`"), ("ours", "`EndPromptGPTDataset`")):
+                m = r[kind][start]
+                rows.append(f"| {r['docs']:,} | {r['idx_bytes'] / 1e6:,.0f} MB | {start} | {name} "
+                            f"| {m['wall_s']:.2f} | {m['cpu_s']:.2f} | {m['read_bytes'] / 1e6:,.1f} "
+                            f"| {m['rchar'] / 1e6:,.1f} | {m['peak_rss_mib']:,.0f} |")
+    rows += ["", "| ratio ours / stock | first: wall | first: read_bytes | later: wall | "
+             "later: read_bytes | later: rchar | peak RSS (first / later) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        q = lambda start, key: r["ours"][start][key] / max(r["stock"][start][key], 1e-9)  # noqa: E731
+        rows.append(f"| {r['docs']:,} docs | {q('first', 'wall_s'):.2f}x | "
+                    f"{q('first', 'read_bytes'):.2f}x | {q('later', 'wall_s'):.2f}x | "
+                    f"{q('later', 'read_bytes'):.2f}x | {q('later', 'rchar'):.2f}x | "
+                    f"{q('first', 'peak_rss_mib'):.2f}x / {q('later', 'peak_rss_mib'):.2f}x |")
+    big = runs[-2:] if len(runs) > 1 else runs
+    D, R = PROJ_DOCS, PROJ_RANKS
+    est = {(k, s, key): (lambda ab: ab[0] + ab[1] * D)(_fit(big, k, s, key))
+           for k in ("stock", "ours") for s in ("first", "later") for key in ("wall_s", "read_bytes")}
+    full = (IDX_B + REC_B) * D  # what every rank read before: the whole .idx and the records
+    seq = max(r["idx_seq_read_s"] / r["idx_bytes"] for r in big)  # s per byte, cold
+    rows += ["", f"Projection to {D:,} documents (1T tokens at ~1,000 tokens/document; `.idx` "
+             f"{IDX_B * D / 1e9:.0f} GB, records {REC_B * D / 1e9:.0f} GB) and {R:,} ranks:", "",
+             "| | stock `GPTDataset` | `EndPromptGPTDataset` (verify once) | before (every rank "
+             "verifies) |", "|---|---:|---:|---:|"]
+    before_rank = est[("stock", "later", "wall_s")] + full * seq + IDX_B * D / 1.3e9
+    rows.append(f"| first start, rank 0: wall | {est[('stock', 'first', 'wall_s')]:,.0f} s | "
+                f"{est[('ours', 'first', 'wall_s')]:,.0f} s | "
+                f"{est[('stock', 'first', 'wall_s')] + full * seq + IDX_B * D / 1.3e9:,.0f} s |")
+    rows.append(f"| later start (every other rank, every restart): wall | "
+                f"{est[('stock', 'later', 'wall_s')]:,.2f} s | {est[('ours', 'later', 'wall_s')]:,.2f}"
+                f" s | {before_rank:,.0f} s |")
+    rows.append(f"| later start: bytes read per rank | {est[('stock', 'later', 'read_bytes')] / 1e6:,.1f}"
+                f" MB | {est[('ours', 'later', 'read_bytes')] / 1e6:,.1f} MB | {full / 1e9:,.0f} GB |")
+    tot = lambda k: (est[(k, "first", "read_bytes")]  # noqa: E731
+                     + (R - 1) * est[(k, "later", "read_bytes")])
+    rows.append(f"| one start of {R:,} ranks: bytes read in all | {tot('stock') / 1e9:,.1f} GB | "
+                f"{tot('ours') / 1e9:,.1f} GB | {R * full / 1e12:,.0f} TB |")
+    return "\n".join(rows)
 
 
 def main() -> None:
@@ -200,6 +269,8 @@ def main() -> None:
     p.add_argument("--workdir", default=os.path.join(HERE, "out", "startup"))
     p.add_argument("--out", default=os.path.join(HERE, "out", "startup.json"))
     p.add_argument("--keep", action="store_true", help="keep the synthetic corpora")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the README tables (and projection) from earlier --out files")
     p.add_argument("--child", choices=("stock", "ours"))
     p.add_argument("--prefix")
     p.add_argument("--cache")
@@ -207,12 +278,16 @@ def main() -> None:
     if a.child:
         print(json.dumps(child(a.child, a.prefix, a.cache, a.docs[0])))
         return
+    if a.report:
+        print(report(a.report))
+        return
     os.makedirs(a.workdir, exist_ok=True)
     results = [measure(a.workdir, n, a.repeat) for n in a.docs]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"P": P, "L": L, "vocab": VOCAB, "runs": results}, f, indent=1)
-    print(f"wrote {a.out}")
+    print(f"wrote {a.out}\n")
+    print(report([a.out]))
     if not a.keep:
         for n in a.docs:
             for ext in (".bin", ".idx", ".endprompt"):
