@@ -281,3 +281,15 @@ def test_preprocess_and_inspect_named_sidecar(spm_args, run_tool, tmp_path):
     rc, out, err = run_tool(preprocess_cli.main, spm_args(str(tmp_path / "m"), "--name", "a/b"))
     assert rc != 0 and err.count("error:") == 1 and "--name" in err
     assert not [f for f in os.listdir(tmp_path) if f.startswith("m.")]
+
+
+def test_unknown_tokenizer_is_accepted_with_a_warning_known_one_is_checked(good, caplog):
+    """A sidecar for an existing corpus may record no tokenizer: trained with a warning."""
+    from megatron_endprompt.data.dataset import check_tokenizer
+
+    current = {"vocab_size": 501, "eod": 500, "fingerprint": "cd" * 32}
+    with pytest.raises(UserError, match="made with tokenizer NullTokenizer"):
+        check_tokenizer(read_sidecar(sidecar_path(good)), current)
+    _rewrite_header(sidecar_path(good), _set("tokenizer", {}))
+    check_tokenizer(read_sidecar(sidecar_path(good)), current)
+    assert "records no tokenizer identity" in caplog.text
