@@ -140,13 +140,16 @@ def tool(main, argv: list[str]) -> None:
 
 def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float, mb: int,
                gbs: int, iters: int, lr: float, data_prefix: str, save: str,
-               load: str | None, save_interval: int | None = None) -> list[str]:
+               load: str | None, save_interval: int | None = None,
+               replay: bool = False) -> list[str]:
     warm = max(1, min(20, iters // 10))
     argv = [
         *model_flags(c), "--seq-length", str(seq), "--max-position-embeddings", str(seq),
         "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", spm,
         "--data-path", data_prefix, "--split", "90,5,5",
         "--data-cache-path", os.path.join(work, "index_cache"),
+        # plain data (base pretraining, full-length fine-tuning) is replay by name
+        *(["--endprompt-replay-prefixes", data_prefix] if replay else []),
         "--endprompt-target-length", str(target), "--endprompt-original-length", str(c["L0"]),
         "--endprompt-pi-factor", f"{pi:g}",
         "--micro-batch-size", str(mb), "--global-batch-size", str(gbs),
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         results["base"] = train("base", train_argv(
             c, spm, work, seq=L0, target=2 * L0, pi=1.0, mb=c["base_mb"],
             gbs=2 * c["base_mb"], iters=c["base_iters"], lr=c["base_lr"],
-            data_prefix=w("base_plain"), save=base_ckpt, load=None,
+            data_prefix=w("base_plain"), save=base_ckpt, load=None, replay=True,
             save_interval=min(c["base_iters"], 300)), work)
     timings["base_train_s"] = time.time() - t0 - timings["data_s"]
 
@@ -283,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = w(f"ckpt_{m}")
             shutil.rmtree(ckpt, ignore_errors=True)
             if m == "b":
-                kw = dict(seq=L, target=2 * L, mb=1, gbs=gbs_long, data_prefix=w("ft_plain"))
+                kw = dict(seq=L, target=2 * L, mb=1, gbs=gbs_long, data_prefix=w("ft_plain"),
+                          replay=True)
             else:
                 kw = dict(seq=P, target=L, mb=ratio, gbs=gbs_short, data_prefix=w(f"ft_{m}"))
             entry.update(train(m, train_argv(c, spm, work, pi=float(ratio), iters=c["ft_iters"],

@@ -16,6 +16,11 @@
 # and exit cleanly at the next iteration boundary after the signal; torchrun forwards the signal
 # to its workers (PET_SIGNALS_TO_HANDLE) and waits SHUTDOWN_TIMEOUT s for the save.
 #
+# - A named layout (preprocessed with --name L64K -> PREFIX.L64K.endprompt): append
+#   --endprompt-sidecar-name L64K. Short-context replay data must be named explicitly
+#   (REPLAY_PREFIXES, passed as --endprompt-replay-prefixes): a prefix of DATA_BLEND without
+#   the sidecar and not listed is refused.
+#
 # Sizing notes
 # - Target 32K: TARGET_LENGTH=32768 PI_FACTOR=4 (s = ceil(L / L0) with L0 = 8192).
 #   Target 128K: TARGET_LENGTH=131072 PI_FACTOR=16. Preprocess with the same --target-length.

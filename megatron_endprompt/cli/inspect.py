@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer-type", default=None, help="detokenize with this tokenizer")
     p.add_argument("--tokenizer-model", default=None)
     p.add_argument("--no-text", action="store_true", help="do not detokenize")
+    p.add_argument("--name", default=None, metavar="NAME",
+                   help="inspect the named sidecar PREFIX.NAME.endprompt")
     return p
 
 
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isfile(prefix + suffix):
             raise UserError(f"{prefix}{suffix}: not found; give the prefix used with "
                             "--output-prefix")
-    sidecar = read_sidecar(sidecar_path(prefix), prefix=prefix)
+    sidecar = read_sidecar(sidecar_path(prefix, args.name), prefix=prefix)
     header, layout = sidecar.header, sidecar.layout
     n = header.num_samples
     if not 0 <= args.index < n:

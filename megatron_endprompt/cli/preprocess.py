@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--context-loss-weight", type=float, default=1.0,
                    help="1 keeps ordinary LM loss on the context; 0 trains terminals only")
     g.add_argument("--seed", type=int, default=1234)
+    g.add_argument("--name", default=None, metavar="NAME",
+                   help="write the sidecar as PREFIX.NAME.endprompt (several layouts per corpus; "
+                        "pretrain picks one with --endprompt-sidecar-name NAME)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--summary-json", action="store_true", help="print the summary as JSON")
     return p
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             seed=args.seed,
             progress=not args.no_progress,
+            name=args.name,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -93,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
-        print(f"wrote {args.output_prefix}.bin, .idx, .endprompt")
+        from megatron_endprompt.data.sidecar import sidecar_path
+
+        print(f"wrote {args.output_prefix}.bin, .idx, {sidecar_path(args.output_prefix, args.name)}")
     return 0
 
 

@@ -154,14 +154,16 @@ def finish_interrupted_commit(prefix: str) -> bool:
     directory = os.path.dirname(os.path.abspath(prefix))
     try:
         with open(journal, encoding="utf-8") as f:
-            files = json.load(f)["files"]
+            entry = json.load(f)
+        files = entry["files"]
+        targets = entry.get("targets") or {s: os.path.basename(prefix + s) for s in files}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{journal}: unreadable commit journal ({exc}); remove it and re-run "
                         "tools/preprocess_endprompt.py for this prefix") from None
     for suffix in _RENAME_ORDER:
         tmp = os.path.join(directory, files[suffix])
         if os.path.exists(tmp):
-            os.replace(tmp, prefix + suffix)
+            os.replace(tmp, os.path.join(directory, targets[suffix]))
     _fsync_dir(directory)
     os.unlink(journal)
     _fsync_dir(directory)
@@ -200,12 +202,16 @@ class PrefixWriter:
     """The temporaries of one preprocessing run and their commit; holds the prefix lock from
     construction to :meth:`close`.
 
-    ``tmp``: ``{".bin": ..., ".idx": ..., ".endprompt": ...}`` temporary paths to write.
+    ``tmp``: ``{".bin": ..., ".idx": ..., ".endprompt": ...}`` temporary paths to write;
+    ``sidecar``: the sidecar's final path (``PREFIX.endprompt``, or ``PREFIX.NAME.endprompt``
+    for a named layout).
     """
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, *, sidecar: str | None = None) -> None:
         check_output_prefix(prefix)
         self.prefix = prefix
+        self.targets = {".bin": prefix + ".bin", ".idx": prefix + ".idx",
+                        ".endprompt": sidecar or prefix + ".endprompt"}
         self.directory = os.path.dirname(os.path.abspath(prefix))
         self._lock = prefix_lock(prefix)
         self._lock.__enter__()
@@ -236,8 +242,10 @@ class PrefixWriter:
             journal = _journal(self.prefix)
             tmp_journal = journal + f".tmp-{os.getpid()}"
             with open(tmp_journal, "w", encoding="utf-8") as f:
-                json.dump({"pid": os.getpid(), "files": {s: os.path.basename(p)
-                                                          for s, p in self.tmp.items()}}, f)
+                json.dump({"pid": os.getpid(),
+                           "files": {s: os.path.basename(p) for s, p in self.tmp.items()},
+                           "targets": {s: os.path.basename(p)
+                                       for s, p in self.targets.items()}}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp_journal, journal)  # the commit point
@@ -245,7 +253,7 @@ class PrefixWriter:
             _fsync_dir(self.directory)
             _fault(2)
             for k, suffix in enumerate(_RENAME_ORDER, 3):
-                os.replace(self.tmp[suffix], self.prefix + suffix)
+                os.replace(self.tmp[suffix], self.targets[suffix])
                 _fault(k)
             _fsync_dir(self.directory)
             os.unlink(journal)

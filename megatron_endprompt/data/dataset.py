@@ -11,11 +11,16 @@ instead of guessing it from position jumps (a ``random`` placement may draw ``T 
 
 Per prefix:
 
-* with a sidecar (``PREFIX.endprompt``): one stored document is one sample of ``P + 1``
-  tokens; samples are shuffled per epoch with Megatron's own document shuffle; positions and
-  loss weights come from the sample's layout record;
-* without one (short-context "replay" data): plain ``GPTDataset`` behaviour — documents
-  packed into ``P + 1`` windows, contiguous positions, weight 1.
+* with a sidecar (``PREFIX.endprompt``, or ``PREFIX.NAME.endprompt`` with
+  ``endprompt_sidecar_name``): one stored document is one sample of ``P + 1`` tokens; samples
+  are shuffled per epoch with Megatron's own document shuffle; positions and loss weights come
+  from the sample's layout record;
+* listed in ``endprompt_replay_prefixes`` (short-context "replay" data): plain ``GPTDataset``
+  behaviour — documents packed into ``P + 1`` windows, contiguous positions, weight 1. Any
+  other prefix without the requested sidecar is refused.
+
+Every prefix's ``.idx`` SHA-256 is part of the index-cache key; it and the sidecar's full
+verification are computed once per file identity (:mod:`megatron_endprompt.data.trust`).
 
 Megatron conventions kept for EndPrompt samples: the last input's label is the stored extra
 token (``add_extra_token_to_sequence``; without it the last label is padding with weight 0);
@@ -41,7 +46,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
 from megatron_endprompt.compat import build_document_index
-from megatron_endprompt.data.sidecar import Sidecar, read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
 from megatron_endprompt.window import EndPromptWindow
@@ -62,8 +67,18 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     endprompt_context_loss_weight: float | None = None
     """Override the sidecar's context weight (None: keep the sidecar's)."""
 
+    endprompt_sidecar_name: str | None = None
+    """Read ``PREFIX.NAME.endprompt`` instead of ``PREFIX.endprompt`` (several layouts per
+    corpus; ``--endprompt-sidecar-name``). Part of the index-cache key."""
+
+    endprompt_replay_prefixes: list[str] | None = None
+    """Prefixes trained as plain replay data (``GPTDataset`` packing, contiguous positions,
+    ``--endprompt-replay-prefixes``). Any other prefix without the requested sidecar is
+    refused: no dataset becomes replay by accident."""
+
     endprompt_require_sidecar: bool = False
-    """Refuse prefixes without a sidecar instead of treating them as plain replay data."""
+    """Kept for compatibility: a sidecar is now always required unless the prefix is listed
+    in ``endprompt_replay_prefixes``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -72,20 +87,33 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
             context_loss_weight=self.endprompt_context_loss_weight)
 
 
+def _same_prefix(a: str, b: str) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
 def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
-                 require: bool = False, reset_positions: bool = False) -> Sidecar | None:
-    """The prefix's sidecar, verified against its data and the training flags; ``None`` for a
-    plain (replay) prefix. The one place where a sidecar meets the training flags: used at
-    start-up by the ``pretrain`` entry and when the datasets are built. Raises
-    :class:`UserError` naming both files/flags on any mismatch."""
-    path = sidecar_path(prefix)
-    if not os.path.exists(path):
-        if require:
-            raise UserError(f"{prefix}: no EndPrompt sidecar {path}; run "
-                            "tools/preprocess_endprompt.py for this prefix or drop "
-                            "--endprompt-require-sidecar")
+                 name: str | None = None, replay_prefixes: list[str] | tuple = (),
+                 reset_positions: bool = False, tokenizer_identity: dict | None = None,
+                 require: bool = True) -> Sidecar | None:
+    """The prefix's sidecar, checked against its data and the training flags; ``None`` for a
+    prefix listed in ``replay_prefixes`` (plain replay). The one place where a sidecar meets
+    the training flags: used at start-up by the ``pretrain`` entry and when the datasets are
+    built. Cheap (header checksum and values, file sizes, records memory-mapped); the full
+    verification is :func:`megatron_endprompt.data.trust.ensure_verified`. Raises
+    :class:`UserError` naming both files/flags on any mismatch. ``require`` is kept for
+    compatibility (``False`` makes a prefix without a sidecar replay data, as before)."""
+    if any(_same_prefix(prefix, r) for r in replay_prefixes or ()):
         return None
-    sidecar = read_sidecar(path, prefix=prefix)
+    path = sidecar_path(prefix, name)
+    if not os.path.exists(path):
+        if not require:
+            return None
+        raise UserError(
+            f"{prefix}: no EndPrompt sidecar {path}; build it (tools/preprocess_endprompt.py "
+            f"or tools/build_endprompt_sidecar.py{' --name ' + name if name else ''}) or list "
+            "the prefix in --endprompt-replay-prefixes to train on it as plain replay data")
+    sidecar = open_sidecar(path)
+    check_belongs_to(sidecar, prefix, full=False)
     layout = sidecar.layout
     if layout.seq_length != seq_length:
         raise UserError(
@@ -103,16 +131,49 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
             f"{path}: --reset-position-ids/--reset-attention-mask cannot be combined with "
             "EndPrompt positions; drop those flags"
         )
+    check_tokenizer(sidecar, tokenizer_identity)
     return sidecar
+
+
+def check_tokenizer(sidecar: Sidecar, current: dict | None) -> None:
+    """Refuse a sidecar made with another tokenizer than the training one (vocabulary size,
+    EOD id and vocabulary fingerprint), naming both."""
+    from megatron_endprompt.data import tokenizer_identity as ti
+
+    recorded = sidecar.header.tokenizer
+    if current is None:
+        return
+    if not ti.is_known(recorded):
+        logger.warning("%s records no tokenizer identity; cannot check it against %s",
+                       sidecar.path, ti.describe(current))
+        return
+    if not ti.same_tokenizer(recorded, current):
+        raise UserError(
+            f"{sidecar.path} was made with tokenizer {ti.describe(recorded)} but training uses "
+            f"{ti.describe(current)}; re-run preprocessing with the training tokenizer or fix "
+            "--tokenizer-type/--tokenizer-model")
+
+
+def _config_tokenizer_identity(config: EndPromptDatasetConfig) -> dict | None:
+    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+
+    tok = getattr(config, "tokenizer", None)
+    if tok is None or getattr(tok, "vocab_size", None) is None:
+        return None
+    # rank 0 compares the vocabulary fingerprint; the others (same flags) size and EOD only
+    rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    return tokenizer_identity(tok, fingerprint=rank0)
 
 
 def load_checked_sidecar(prefix: str, config: EndPromptDatasetConfig) -> Sidecar | None:
     """:func:`find_sidecar` with the flags taken from a dataset config."""
     return find_sidecar(prefix, seq_length=config.sequence_length,
                         target_length=config.endprompt_target_length,
-                        require=config.endprompt_require_sidecar,
+                        name=config.endprompt_sidecar_name,
+                        replay_prefixes=config.endprompt_replay_prefixes or (),
                         reset_positions=bool(config.reset_position_ids
-                                             or config.reset_attention_mask))
+                                             or config.reset_attention_mask),
+                        tokenizer_identity=_config_tokenizer_identity(config))
 
 
 class EndPromptGPTDataset(GPTDataset):
@@ -171,11 +232,33 @@ class EndPromptGPTDataset(GPTDataset):
             "endprompt_target_length",
             "endprompt_terminal_loss_weight",
             "endprompt_context_loss_weight",
+            "endprompt_sidecar_name",
         ]
 
     # -- indices -----------------------------------------------------------------------
+    def _rekey(self, **identifiers) -> None:
+        """Add content identifiers to Megatron's index-cache key (``unique_description_hash``,
+        computed in ``MegatronDataset.__init__`` from the config and path only)."""
+        import hashlib
+        import json
+
+        self.unique_identifiers.update(identifiers)
+        self.unique_description = json.dumps(self.unique_identifiers, indent=4,
+                                             default=lambda o: o.unique_identifiers)
+        self.unique_description_hash = hashlib.md5(self.unique_description.encode("utf-8"),
+                                                   usedforsecurity=False).hexdigest()
+
     def _build_document_sample_shuffle_indices(self):
+        # Runs inside the constructor, which Megatron's builder calls on rank 0 first, then
+        # (after a barrier) on the other ranks: rank 0 verifies/fingerprints once and caches
+        # the verdict; the others find it in the cache (see megatron_endprompt.data.trust).
+        from megatron_endprompt.data.trust import cache_dir, ensure_verified, idx_fingerprint
+
+        directory = cache_dir(self.dataset.path_prefix, self.config.path_to_cache)
         if self.sidecar is None:
+            # Megatron's key ignores file contents: a rewritten replay prefix must not be
+            # served its old index.
+            self._rekey(idx_sha256=idx_fingerprint(self.dataset.path_prefix, directory))
             return super()._build_document_sample_shuffle_indices()
         if self.config.defer_npy_index_mmap or self.config.fast_cache_load:
             raise UserError(f"{self.dataset_path}: --dataloader-defer-npy-index-mmap and "
@@ -184,16 +267,10 @@ class EndPromptGPTDataset(GPTDataset):
             raise UserError(f"{self.sidecar.path}: {len(self.sidecar.records)} records but "
                             f"{self.dataset_path}.idx has {len(self.dataset.sequence_lengths)} "
                             "sequences; re-run tools/preprocess_endprompt.py")
+        ensure_verified(self.sidecar, self.dataset.path_prefix, directory)
         # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
-        self.unique_identifiers["endprompt_sidecar"] = self.sidecar.header.idx_sha256
-        self.unique_identifiers["endprompt_layout"] = self.sidecar.header.layout
-        import hashlib
-        import json
-
-        self.unique_description = json.dumps(self.unique_identifiers, indent=4,
-                                             default=lambda o: o.unique_identifiers)
-        self.unique_description_hash = hashlib.md5(self.unique_description.encode("utf-8"),
-                                                   usedforsecurity=False).hexdigest()
+        self._rekey(endprompt_sidecar=self.sidecar.header.idx_sha256,
+                    endprompt_layout=self.sidecar.header.layout)
         sample_index = self._load_or_build_sample_index()
         return sample_index, None, None
 

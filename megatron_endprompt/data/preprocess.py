@@ -26,10 +26,13 @@ from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import SampleMaker, TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import (
     SidecarHeader,
+    check_sidecar_name,
     file_fingerprint,
+    sidecar_path,
     write_sidecar,
 )
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -67,6 +70,8 @@ class PreprocessOptions:
     """``--seed``: per-sample layouts come from ``(seed, sample index)``."""
     progress: bool = True
     """Show a tqdm bar (docs/s, tokens/s) on a terminal."""
+    name: str | None = None
+    """``--name``: write the sidecar as ``PREFIX.NAME.endprompt`` (default ``PREFIX.endprompt``)."""
 
     def __post_init__(self) -> None:
         if self.terminal_source not in TERMINAL_SOURCES:
@@ -84,6 +89,7 @@ class PreprocessOptions:
         if not 0 <= self.seed < 2**63:  # numpy seeds are non-negative; fail before tokenizing
             raise ValueError(f"--seed {self.seed} must be in [0, 2**63)")
         check_output_prefix(self.output_prefix)
+        check_sidecar_name(self.name)
 
 
 # -- worker side ---------------------------------------------------------------------------
@@ -241,7 +247,8 @@ def preprocess(opts: PreprocessOptions) -> dict:
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    writer = PrefixWriter(opts.output_prefix)  # lock, stale temporaries, crash-safe commit
+    # lock, stale temporaries, crash-safe commit
+    writer = PrefixWriter(opts.output_prefix, sidecar=sidecar_path(opts.output_prefix, opts.name))
     tmp = writer.tmp
     skipped: Counter[str] = Counter()
     records: list[np.ndarray] = []
@@ -294,10 +301,12 @@ def preprocess(opts: PreprocessOptions) -> dict:
             seed=opts.seed,
             num_samples=stats.samples,
             idx_sha256=file_fingerprint(tmp[".idx"]),
+            idx_bytes=os.path.getsize(tmp[".idx"]),
             bin_bytes=os.path.getsize(tmp[".bin"]),
-            tokenizer={**opts.tokenizer.as_dict(), **_abs_model(opts.tokenizer),
-                       "vocab_size": tokenizer.vocab_size,
-                       "eod": tokenizer.eod},
+            tokenizer=tokenizer_identity(
+                tokenizer, tokenizer_type=opts.tokenizer.tokenizer_type,
+                tokenizer_model=_abs_model(opts.tokenizer).get(
+                    "tokenizer_model", opts.tokenizer.tokenizer_model)),
             # no wall-clock time in the file: same inputs and seed give byte-identical outputs
             stats={k: v for k, v in summary.items() if k != "seconds"},
         )

@@ -33,7 +33,13 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     g.add_argument("--endprompt-context-loss-weight", type=float, default=None,
                    help="override the sidecars' context weight (>= 0)")
     g.add_argument("--endprompt-require-sidecar", action="store_true",
-                   help="refuse data prefixes without a sidecar (no plain replay data)")
+                   help="(default now; kept for compatibility) refuse data prefixes without a "
+                        "sidecar unless listed in --endprompt-replay-prefixes")
+    g.add_argument("--endprompt-sidecar-name", default=None, metavar="NAME",
+                   help="read PREFIX.NAME.endprompt (a named layout) instead of PREFIX.endprompt")
+    g.add_argument("--endprompt-replay-prefixes", nargs="+", default=None, metavar="PREFIX",
+                   help="data prefixes trained as plain replay data (GPTDataset packing, "
+                        "contiguous positions); any other prefix needs a sidecar")
     g.add_argument("--endprompt-loss-log", default=None, metavar="DIR",
                    help="write exact per-micro-batch loss terms to DIR/rank*.jsonl (debugging)")
     add_long_eval_args(parser)
@@ -96,19 +102,64 @@ def data_prefixes(args: argparse.Namespace) -> list[str]:
 
 
 def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
-    """Check every prefix's sidecar against the flags before training starts (the same check
-    the dataset makes, :func:`~megatron_endprompt.data.dataset.find_sidecar`); returns
-    ``{prefix: layout}`` for the EndPrompt prefixes (plain prefixes are replay data)."""
+    """Check every prefix's sidecar against the flags and the training tokenizer before
+    training starts (the same check the dataset makes,
+    :func:`~megatron_endprompt.data.dataset.find_sidecar`); returns ``{prefix: layout}`` for
+    the EndPrompt prefixes (prefixes in ``--endprompt-replay-prefixes`` are replay data).
+
+    Cheap on every rank (header checksum, sizes); global rank 0 also builds the training
+    tokenizer to compare its identity, and runs the full verification once per file identity
+    (:mod:`megatron_endprompt.data.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
+    refused before Megatron starts and the other ranks find the verdict cached."""
+    import os
     from dataclasses import asdict
 
     from megatron_endprompt.data.dataset import find_sidecar
+    from megatron_endprompt.data.sidecar import check_sidecar_name
+    from megatron_endprompt.data.trust import cache_dir, ensure_verified
 
+    name = getattr(args, "endprompt_sidecar_name", None)
+    check_sidecar_name(name)
+    replay = getattr(args, "endprompt_replay_prefixes", None) or []
+    prefixes = data_prefixes(args)
+    for r in replay:
+        if not any(os.path.abspath(r) == os.path.abspath(p) for p in prefixes):
+            raise UserError(f"--endprompt-replay-prefixes {r}: not one of the data prefixes "
+                            "(--data-path / --*-data-path); fix the path")
+    identity = None
     found = {}
-    for prefix in data_prefixes(args):
+    rank0 = os.environ.get("RANK", "0") == "0"
+    for prefix in prefixes:
+        if identity is None and rank0 and getattr(args, "tokenizer_type", None):
+            identity = training_tokenizer_identity(args)  # the datasets check it on every rank
         sidecar = find_sidecar(
             prefix, seq_length=args.seq_length, target_length=args.endprompt_target_length,
-            require=args.endprompt_require_sidecar,
+            name=name, replay_prefixes=replay, tokenizer_identity=identity,
             reset_positions=bool(args.reset_position_ids or args.reset_attention_mask))
         if sidecar is not None:
+            ensure_verified(sidecar, prefix, cache_dir(prefix, getattr(args, "data_cache_path",
+                                                                       None)), build=rank0)
             found[prefix] = asdict(sidecar.layout)
     return found
+
+
+def training_tokenizer_identity(args: argparse.Namespace) -> dict:
+    """Identity of the tokenizer Megatron will build from ``args`` (same builder)."""
+    import copy
+
+    from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer
+
+    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+
+    probe = copy.copy(args)
+    probe.rank = 1  # no "> building tokenizer" banner from this probe
+    probe.pad_vocab_size = False  # Megatron pads (and checks its flags) itself later
+    try:
+        tokenizer = build_tokenizer(probe)
+    except Exception as exc:  # the libraries raise anything from OSError to RuntimeError
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"--tokenizer-model {args.tokenizer_model}: cannot load a "
+                        f"{args.tokenizer_type} ({first[:200]}); check the path and "
+                        "--tokenizer-type") from None
+    return tokenizer_identity(tokenizer, tokenizer_type=args.tokenizer_type,
+                              tokenizer_model=args.tokenizer_model)

@@ -84,6 +84,8 @@ def dataset_config_from_args(args: Any):
         endprompt_terminal_loss_weight=args.endprompt_terminal_loss_weight,
         endprompt_context_loss_weight=args.endprompt_context_loss_weight,
         endprompt_require_sidecar=args.endprompt_require_sidecar,
+        endprompt_sidecar_name=args.endprompt_sidecar_name,
+        endprompt_replay_prefixes=args.endprompt_replay_prefixes,
     )
 
 

@@ -118,7 +118,8 @@ def test_keys_and_dtypes_equal_gptdataset(tok, data, tmp_path):
 
 
 def test_blend_with_plain_replay_prefix(tok, data, tmp_path):
-    train, _, _ = _build(_config(tok, ([data["ep"], data["plain"]], [0.5, 0.5]), tmp_path / "c"))
+    train, _, _ = _build(_config(tok, ([data["ep"], data["plain"]], [0.5, 0.5]), tmp_path / "c",
+                                 endprompt_replay_prefixes=[data["plain"]]))
     parts = _endprompt_parts(train)
     assert parts[0].sidecar is not None and parts[1].sidecar is None
     seen, jumped = set(), 0
@@ -183,6 +184,84 @@ def test_training_flags_checked_against_sidecar(tok, data, tmp_path):
         _build(_config(tok, ([data["ep"]], [1.0]), tmp_path / "c", reset_position_ids=True))
     with pytest.raises(UserError, match="no EndPrompt sidecar"):
         _build(_config(tok, ([data["plain"]], [1.0]), tmp_path / "c", endprompt_require_sidecar=True))
+
+
+def test_prefix_without_sidecar_is_refused_unless_listed_as_replay(tok, data, tmp_path):
+    """Issue 10: no dataset becomes replay by accident."""
+    with pytest.raises(UserError) as info:
+        _build(_config(tok, ([data["ep"], data["plain"]], [0.5, 0.5]), tmp_path / "c"))
+    msg = str(info.value)
+    assert "\n" not in msg and data["plain"] + ".endprompt" in msg
+    assert "--endprompt-replay-prefixes" in msg
+    # listed (any spelling of the same path): plain GPTDataset packing
+    rel = os.path.relpath(data["plain"])
+    train = _build(_config(tok, ([data["plain"]], [1.0]), tmp_path / "c",
+                           endprompt_replay_prefixes=[rel]))[0]
+    assert _endprompt_parts(train)[0].sidecar is None
+    # an EndPrompt prefix listed as replay is trained as replay data
+    train = _build(_config(tok, ([data["ep"]], [1.0]), tmp_path / "d",
+                           endprompt_replay_prefixes=[data["ep"]]))[0]
+    assert _endprompt_parts(train)[0].sidecar is None
+    assert torch.equal(train[0]["position_ids"], torch.arange(P))
+
+
+def test_named_sidecars_side_by_side(tok, data, tmp_path):
+    """Issue 10: PREFIX.NAME.endprompt picked by endprompt_sidecar_name; part of the cache key."""
+    import shutil
+
+    prefix = str(tmp_path / "ep")
+    for ext in (".bin", ".idx"):
+        shutil.copyfile(data["ep"] + ext, prefix + ext)
+    shutil.copyfile(sidecar_path(data["ep"]), sidecar_path(prefix, "L256"))
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match=r"ep\.endprompt.*--endprompt-replay-prefixes"):
+        _build(_config(tok, ([prefix], [1.0]), cache))  # the default name is absent
+    named = _build(_config(tok, ([prefix], [1.0]), cache, endprompt_sidecar_name="L256"))[0]
+    assert _endprompt_parts(named)[0].sidecar.path == sidecar_path(prefix, "L256")
+    files = set(os.listdir(cache))
+    shutil.copyfile(sidecar_path(data["ep"]), sidecar_path(prefix, "other"))
+    _build(_config(tok, ([prefix], [1.0]), cache, endprompt_sidecar_name="other"))
+    assert {f for f in set(os.listdir(cache)) - files if f.endswith("sample_index.npy")}, \
+        "the sidecar name is part of the index-cache key"
+    with pytest.raises(UserError, match="ep.missing.endprompt"):
+        _build(_config(tok, ([prefix], [1.0]), cache, endprompt_sidecar_name="missing"))
+
+
+def test_tokenizer_mismatch_is_refused_naming_both(data, tmp_path):
+    """Issue 9: data made with another tokenizer must not train."""
+    other = build_tokenizer(TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB + 12))
+    with pytest.raises(UserError) as info:
+        _build(_config(other, ([data["ep"]], [1.0]), tmp_path / "c"))
+    msg = str(info.value)
+    assert sidecar_path(data["ep"]) in msg and "made with tokenizer" in msg
+    assert f"vocab {VOCAB}," in msg and f"vocab {VOCAB + 12}," in msg, msg
+
+
+def test_replay_prefix_rewritten_is_not_served_a_stale_index(tok, tmp_path):
+    """Issue 9: Megatron's cache key ignores file contents (50 -> 480 documents reused the
+    50-document index)."""
+    prefix = str(tmp_path / "replay")
+
+    def write(n_docs):
+        builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+        for i in range(n_docs):
+            builder.add_document(np.full(40, i % 900, dtype=np.int64), [40])
+        builder.finalize(prefix + ".idx")
+
+    cfg = lambda: _config(tok, ([prefix], [1.0]), tmp_path / "cache", split="100,0,0",  # noqa: E731
+                          endprompt_replay_prefixes=[prefix])
+    write(50)
+    small = _build(cfg(), (10, 0, 0))[0]
+    write(480)
+    big = _build(cfg(), (10, 0, 0))[0]
+    n_small = int(_endprompt_parts(small)[0].document_index.max())
+    n_big = int(_endprompt_parts(big)[0].document_index.max())
+    assert n_small < 50 <= n_big, (n_small, n_big)
+    write(50)  # and back: 480 -> 50 must not crash on the 480-document index
+    again = _build(cfg(), (10, 0, 0))[0]
+    assert int(_endprompt_parts(again)[0].document_index.max()) < 50
+    for i in range(len(again)):
+        again[i]
 
 
 def test_megatron_conventions_eod_padding_and_overrides(tok, data, tmp_path):

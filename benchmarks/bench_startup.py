@@ -1,0 +1,301 @@
+"""Start-up cost per rank at corpus scale (issue 15): ``EndPromptGPTDataset`` vs stock
+``GPTDataset`` on the same prefix, first start and later start.
+
+The corpus is synthetic and its tokens are never written: ``PREFIX.bin`` is a sparse file of the
+right size (start-up never reads tokens), ``PREFIX.idx`` is a real Megatron index for
+``--docs`` documents of ``P + 1`` tokens (written in chunks), and ``PREFIX.endprompt`` a matching
+sidecar (fixed placement) written by the library's own writer.
+
+Each measured start is a fresh Python process that builds train/valid/test through
+``BlendedMegatronDatasetBuilder`` (split 98,1,1; one epoch of train samples) and reports:
+
+* wall and CPU time of ``build()`` (imports excluded, tokenizer construction excluded for
+  both; our tokenizer-identity check and verification included);
+* bytes read: ``/proc/self/io`` ``read_bytes`` (storage reads, including memory-map page
+  faults; the files' pages are evicted with ``posix_fadvise(DONTNEED)`` before every run, so
+  this is the cold-cache figure a shared filesystem sees) and ``rchar`` (``read()`` syscalls);
+* peak RSS (``ru_maxrss``) of the process, and its RSS before ``build()``.
+
+"first start": empty data cache directory (rank 0 of the data group: builds the index cache,
+and for ours runs the full verification once). "later start": the cache is there (every other
+rank, and every restart): ours checks the file identities, the header checksum and reads the
+cached indices, as stock does.
+
+    .venv/bin/python benchmarks/bench_startup.py --docs 1000000 10000000 [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+P, L, B, VOCAB = 8192, 65536, 512, 128000
+
+
+# -- synthetic corpus ---------------------------------------------------------------------
+def make_corpus(prefix: str, docs: int) -> None:
+    """Sparse ``.bin``, real ``.idx`` (uint32 tokens) and a matching sidecar."""
+    import struct
+    from dataclasses import asdict
+
+    import numpy as np
+
+    from megatron_endprompt.compat import build_megatron_tokenizer
+    from megatron_endprompt.data.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
+                                                 write_sidecar)
+    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+    from megatron_endprompt.layout import LayoutConfig
+
+    if os.path.exists(sidecar_path(prefix)):
+        return
+    itemsize, chunk = 4, 1 << 22  # uint32 tokens (vocab > 65535)
+    with open(prefix + ".bin", "wb") as f:
+        f.truncate(docs * (P + 1) * itemsize)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 4))  # 4: uint32
+        f.write(struct.pack("<Q", docs) + struct.pack("<Q", docs + 1))
+        for s in range(0, docs, chunk):
+            f.write(np.full(min(chunk, docs - s), P + 1, dtype=np.int32).tobytes())
+        for s in range(0, docs, chunk):
+            n = min(chunk, docs - s)
+            f.write((np.arange(s, s + n, dtype=np.int64) * ((P + 1) * itemsize)).tobytes())
+        for s in range(0, docs + 1, chunk):
+            f.write(np.arange(s, min(s + chunk, docs + 1), dtype=np.int64).tobytes())
+    layout = LayoutConfig(seq_length=P, target_length=L, placement="fixed")
+    records = np.lib.stride_tricks.as_strided(np.array([P - B, L - B], dtype=np.int32),
+                                              shape=(docs, 2), strides=(0, 4))
+    tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
+    header = SidecarHeader(layout=asdict(layout), terminal_source="continuation",
+                           terminal_length=B, num_samples=docs, **data_fingerprint(prefix),
+                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer"))
+    write_sidecar(sidecar_path(prefix) + ".tmp", header, records)
+    os.replace(sidecar_path(prefix) + ".tmp", sidecar_path(prefix))
+
+
+def evict(paths: list[str]) -> None:
+    """Drop these files' pages from the page cache (cold-cache reads, nothing else touched)."""
+    for root in paths:
+        files = [root] if os.path.isfile(root) else [
+            os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+        for path in files:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def _io() -> dict:
+    with open("/proc/self/io") as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+# -- one start (child process) ------------------------------------------------------------
+def child(kind: str, prefix: str, cache: str, docs: int) -> dict:
+    from megatron_endprompt.compat import quiet_megatron_import_noise
+
+    quiet_megatron_import_noise()
+    from megatron.core.datasets.blended_megatron_dataset_builder import \
+        BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+    from megatron_endprompt.compat import build_megatron_tokenizer
+    from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
+
+    tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
+    common = dict(random_seed=1234, sequence_length=P, blend=([prefix], None), split="98,1,1",
+                  tokenizer=tok, reset_position_ids=False, reset_attention_mask=False,
+                  eod_mask_loss=False, create_attention_mask=False, path_to_cache=cache)
+    if kind == "stock":
+        cls, config = GPTDataset, GPTDatasetConfig(**common)
+    else:
+        cls, config = EndPromptGPTDataset, EndPromptDatasetConfig(
+            **common, endprompt_target_length=L)
+    sizes = [int(docs * 0.98), docs // 100, docs // 100]
+    rss0, io0, t0, c0 = _rss_kib(), _io(), time.perf_counter(), time.process_time()
+    datasets = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    io1 = _io()
+    sample = datasets[0][len(datasets[0]) // 2]  # the datasets work
+    assert sample["tokens"].shape[0] == P
+    return {"wall_s": wall, "cpu_s": cpu, "read_bytes": io1["read_bytes"] - io0["read_bytes"],
+            "rchar": io1["rchar"] - io0["rchar"], "rss_before_mib": rss0 / 1024,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "samples": [len(d) for d in datasets]}
+
+
+def run_child(kind: str, prefix: str, cache: str, docs: int) -> dict:
+    evict([prefix + ".idx", prefix + ".endprompt", cache])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--prefix", prefix,
+                          "--cache", cache, "--docs", str(docs)], env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def seq_read_s(path: str) -> float:
+    """Cold sequential read of a file (the cost of hashing it is separate)."""
+    evict([path])
+    buf = bytearray(8 << 20)
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+    return time.perf_counter() - t0
+
+
+def _best(runs: list[dict]) -> dict:
+    """Minimum over repeats of every number (wall time varies with machine load; bytes and
+    RSS hardly do)."""
+    return {k: min(r[k] for r in runs) if isinstance(runs[0][k], (int, float)) else runs[0][k]
+            for k in runs[0]}
+
+
+def measure(workdir: str, docs: int, repeat: int) -> dict:
+    prefix = os.path.join(workdir, f"corpus_{docs}")
+    t0 = time.perf_counter()
+    make_corpus(prefix, docs)
+    made = time.perf_counter() - t0
+    res: dict = {"docs": docs, "idx_bytes": os.path.getsize(prefix + ".idx"),
+                 "sidecar_bytes": os.path.getsize(prefix + ".endprompt"),
+                 "bin_bytes_sparse": os.path.getsize(prefix + ".bin"), "make_s": made,
+                 "idx_seq_read_s": min(seq_read_s(prefix + ".idx") for _ in range(repeat))}
+    runs = {kind: {"first": [], "later": []} for kind in ("stock", "ours")}
+    for r in range(repeat):  # interleaved, so both see the same machine load
+        for kind in ("stock", "ours"):
+            cache = os.path.join(workdir, f"cache_{kind}_{docs}_{r}")
+            shutil.rmtree(cache, ignore_errors=True)
+            runs[kind]["first"].append(run_child(kind, prefix, cache, docs))
+            runs[kind]["later"].append(run_child(kind, prefix, cache, docs))
+            shutil.rmtree(cache, ignore_errors=True)
+    for kind in ("stock", "ours"):
+        res[kind] = {start: _best(runs[kind][start]) for start in ("first", "later")}
+        res[kind].update(all_first=runs[kind]["first"], all_later=runs[kind]["later"])
+        f, l_ = res[kind]["first"], res[kind]["later"]
+        print(f"{docs:>12,} {kind:5s} first {f['wall_s']:7.2f}s {f['read_bytes'] / 1e6:9.1f} MB"
+              f"  later {l_['wall_s']:7.2f}s {l_['read_bytes'] / 1e6:9.1f} MB  peak RSS "
+              f"{f['peak_rss_mib']:.0f}/{l_['peak_rss_mib']:.0f} MiB", flush=True)
+    return res
+
+
+# -- report and projection ----------------------------------------------------------------
+PROJ_DOCS, PROJ_RANKS = 10**9, 1000  # 1T tokens at ~1,000 tokens per document
+IDX_B, REC_B = 20, 8  # .idx bytes per document (int32 length, int64 pointer, int64 doc index)
+
+
+def _fit(runs: list[dict], kind: str, start: str, key: str) -> tuple[float, float]:
+    """``a + b * D`` through the two largest corpora (least squares when more)."""
+    import numpy as np
+
+    xs = np.array([r["docs"] for r in runs], dtype=float)
+    ys = np.array([r[kind][start][key] for r in runs], dtype=float)
+    if len(xs) == 1:
+        return 0.0, float(ys[0] / xs[0])
+    b, a = np.polyfit(xs, ys, 1)
+    return float(max(a, 0.0)), float(max(b, 0.0))
+
+
+def report(paths: list[str]) -> str:
+    """Markdown tables: measured figures, then the projection to 1T tokens / 1,000 ranks."""
+    runs = sorted((r for p in paths for r in json.load(open(p))["runs"]),
+                  key=lambda r: r["docs"])
+    rows = ["| documents | `.idx` | start | dataset | wall s | CPU s | read_bytes MB | rchar MB "
+            "| peak RSS MiB |", "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        for start in ("first", "later"):
+            for kind, name in (("stock", "stock `GPTDataset`"), ("ours", "`EndPromptGPTDataset`")):
+                m = r[kind][start]
+                rows.append(f"| {r['docs']:,} | {r['idx_bytes'] / 1e6:,.0f} MB | {start} | {name} "
+                            f"| {m['wall_s']:.2f} | {m['cpu_s']:.2f} | {m['read_bytes'] / 1e6:,.1f} "
+                            f"| {m['rchar'] / 1e6:,.1f} | {m['peak_rss_mib']:,.0f} |")
+    rows += ["", "| ratio ours / stock | first: wall | first: read_bytes | later: wall | "
+             "later: read_bytes | later: rchar | peak RSS (first / later) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        q = lambda start, key: r["ours"][start][key] / max(r["stock"][start][key], 1e-9)  # noqa: E731
+        rows.append(f"| {r['docs']:,} docs | {q('first', 'wall_s'):.2f}x | "
+                    f"{q('first', 'read_bytes'):.2f}x | {q('later', 'wall_s'):.2f}x | "
+                    f"{q('later', 'read_bytes'):.2f}x | {q('later', 'rchar'):.2f}x | "
+                    f"{q('first', 'peak_rss_mib'):.2f}x / {q('later', 'peak_rss_mib'):.2f}x |")
+    big = runs[-2:] if len(runs) > 1 else runs
+    D, R = PROJ_DOCS, PROJ_RANKS
+    est = {(k, s, key): (lambda ab: ab[0] + ab[1] * D)(_fit(big, k, s, key))
+           for k in ("stock", "ours") for s in ("first", "later") for key in ("wall_s", "read_bytes")}
+    full = (IDX_B + REC_B) * D  # what every rank read before: the whole .idx and the records
+    seq = max(r["idx_seq_read_s"] / r["idx_bytes"] for r in big)  # s per byte, cold
+    rows += ["", f"Projection to {D:,} documents (1T tokens at ~1,000 tokens/document; `.idx` "
+             f"{IDX_B * D / 1e9:.0f} GB, records {REC_B * D / 1e9:.0f} GB) and {R:,} ranks:", "",
+             "| | stock `GPTDataset` | `EndPromptGPTDataset` (verify once) | before (every rank "
+             "verifies) |", "|---|---:|---:|---:|"]
+    before_rank = est[("stock", "later", "wall_s")] + full * seq + IDX_B * D / 1.3e9
+    rows.append(f"| first start, rank 0: wall | {est[('stock', 'first', 'wall_s')]:,.0f} s | "
+                f"{est[('ours', 'first', 'wall_s')]:,.0f} s | "
+                f"{est[('stock', 'first', 'wall_s')] + full * seq + IDX_B * D / 1.3e9:,.0f} s |")
+    rows.append(f"| later start (every other rank, every restart): wall | "
+                f"{est[('stock', 'later', 'wall_s')]:,.2f} s | {est[('ours', 'later', 'wall_s')]:,.2f}"
+                f" s | {before_rank:,.0f} s |")
+    rows.append(f"| later start: bytes read per rank | {est[('stock', 'later', 'read_bytes')] / 1e6:,.1f}"
+                f" MB | {est[('ours', 'later', 'read_bytes')] / 1e6:,.1f} MB | {full / 1e9:,.0f} GB |")
+    tot = lambda k: (est[(k, "first", "read_bytes")]  # noqa: E731
+                     + (R - 1) * est[(k, "later", "read_bytes")])
+    rows.append(f"| one start of {R:,} ranks: bytes read in all | {tot('stock') / 1e9:,.1f} GB | "
+                f"{tot('ours') / 1e9:,.1f} GB | {R * full / 1e12:,.0f} TB |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--docs", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--workdir", default=os.path.join(HERE, "out", "startup"))
+    p.add_argument("--out", default=os.path.join(HERE, "out", "startup.json"))
+    p.add_argument("--keep", action="store_true", help="keep the synthetic corpora")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the README tables (and projection) from earlier --out files")
+    p.add_argument("--child", choices=("stock", "ours"))
+    p.add_argument("--prefix")
+    p.add_argument("--cache")
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child, a.prefix, a.cache, a.docs[0])))
+        return
+    if a.report:
+        print(report(a.report))
+        return
+    os.makedirs(a.workdir, exist_ok=True)
+    results = [measure(a.workdir, n, a.repeat) for n in a.docs]
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump({"P": P, "L": L, "vocab": VOCAB, "runs": results}, f, indent=1)
+    print(f"wrote {a.out}\n")
+    print(report([a.out]))
+    if not a.keep:
+        for n in a.docs:
+            for ext in (".bin", ".idx", ".endprompt"):
+                path = os.path.join(a.workdir, f"corpus_{n}{ext}")
+                if os.path.exists(path):
+                    os.unlink(path)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(HERE))
+    main()
