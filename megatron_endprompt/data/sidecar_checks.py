@@ -141,7 +141,7 @@ def check_records(records: np.ndarray, layout: LayoutConfig,
                   terminal_length: int | None) -> tuple[int, str] | None:
     """First impossible record of a chunk ``[n, 2N]`` as ``(row, reason)``; ``None`` if all
     are layouts ``make_record`` can draw: ``1 <= a < P``, ``a = P - b`` for a fixed ``b``,
-    ``a <= T <= L - b`` (``T = L - b`` for fixed placement), PoSE cuts increasing inside the
+    ``a <= T <= L - b`` (``T = L - b`` for fixed placement, or ``T = a``: contiguous positions), PoSE cuts increasing inside the
     context and skips non-decreasing within the budget ``T - a``."""
     if len(records) == 0:
         return None
@@ -154,7 +154,8 @@ def check_records(records: np.ndarray, layout: LayoutConfig,
         checks.append((a == P - terminal_length, f"a != P - b = {P - terminal_length}"))
     checks.append(((T >= a) & (T + b <= L), "terminal start T outside [a, L-b]"))
     if layout.placement == "fixed":
-        checks.append((T == L - b, "fixed placement needs T = L - b"))
+        # T == a: the contiguous fallback of a document-tail sample with no long document
+        checks.append(((T == L - b) | (T == a), "fixed placement needs T = L - b (or T = a)"))
     if N > 1:
         cuts = records[:, 2 : N + 1].astype(np.int64)
         skips = records[:, N + 1 :].astype(np.int64) - cuts
