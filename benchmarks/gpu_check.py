@@ -240,6 +240,16 @@ def parse_train(out: str, iters: int = TRAIN_ITERS) -> dict:
     return entry
 
 
+def parse_json_file(json_path: str):
+    """A stage parser that returns the JSON file the stage wrote (``{}`` when it wrote none)."""
+    def parse(out: str) -> dict:
+        if not os.path.exists(json_path):
+            return {}
+        with open(json_path) as f:
+            return {"result": json.load(f)}
+    return parse
+
+
 def parse_bench(json_path: str):
     def parse(out: str) -> dict:
         if not os.path.exists(json_path):
@@ -308,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", default=os.environ.get("GPU_CHECK_WORK", "/tmp/gpu_check_work"),
                    help="data and scratch files (kept out of --out-dir)")
     p.add_argument("--only", choices=("env", "pytest_gpu", "bench", "train_shared",
-                                      "train_mixed"), action="append")
+                                      "train_mixed", "plan"), action="append")
     a = p.parse_args(argv)
     global CPU_SMOKE
     CPU_SMOKE = a.cpu_smoke
@@ -318,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(a.work_dir, exist_ok=True)
     run = Run(a.out_dir, a.dry_run)
     py = sys.executable
-    want = set(a.only or ("env", "pytest_gpu", "bench", "train_shared", "train_mixed"))
+    want = set(a.only or ("env", "pytest_gpu", "bench", "train_shared", "train_mixed", "plan"))
 
     if "env" in want:
         env = stage(run, "env", 60, [py, "-c", ENV_PROBE], parse_env, a.dry_run)
@@ -370,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
         stage(run, name, 90 if not CPU_SMOKE else 240, cmd,
               lambda out: parse_train(out, SMOKE_ITERS if CPU_SMOKE else TRAIN_ITERS), a.dry_run)
+
+    if "plan" in want:  # the planner's prediction beside max_memory_allocated (calibration)
+        plan_json = os.path.join(a.out_dir, "plan_vs_measured.json")
+        cmd = [py, os.path.join(HERE, "plan_vs_measured.py"), "--device", "cuda", *BENCH_MODEL,
+               "--seq-length", str(BENCH_P), "--ratio", "4", "--micro-batch", "2",
+               "--long-micro-batch", "1", "--out", plan_json]
+        stage(run, "plan", 120, cmd, parse_json_file(plan_json), a.dry_run)
 
     run.result["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     run.record("_summary", {"status": "ok" if run.result["ok"] else "failed stages: " + ", ".join(

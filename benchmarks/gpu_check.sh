@@ -13,6 +13,8 @@
 #   train_shared / train_mixed
 #                20 iterations of python -m megatron_endprompt.training.pretrain (torchrun, NCCL,
 #                TE spec, bf16, TE fused RoPE) on fixed- and random-placement EndPrompt prefixes
+#   plan         benchmarks/plan_vs_measured.py: the run planner's activation/peak prediction
+#                beside the measured max_memory_allocated (P=8192 and L=32768), to calibrate it
 # Output: $OUT/gpu_check.json (the device tool's folder) or benchmarks/out/gpu_check.json, plus
 # one log per stage and step_time_gpu.json beside it.
 #
