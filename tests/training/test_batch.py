@@ -22,16 +22,20 @@ SPEC = TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB)
 
 
 @pytest.fixture
-def one_rank(monkeypatch):
-    """Megatron's parallel state and args as on a single rank (TP = CP = 1)."""
-    import megatron.training
-    from megatron.core import parallel_state as mpu
+def one_rank():
+    """A real single-rank Megatron (gloo, TP = PP = CP = 1) and its global args, set through
+    Megatron's own ``set_args`` (no patching) and cleared afterwards."""
+    from megatron.training import global_vars
 
-    monkeypatch.setattr(mpu, "get_tensor_model_parallel_world_size", lambda: 1)
-    monkeypatch.setattr(mpu, "get_tensor_model_parallel_rank", lambda: 0)
-    monkeypatch.setattr(mpu, "get_context_parallel_world_size", lambda: 1)
-    monkeypatch.setattr(megatron.training, "get_args", lambda: argparse.Namespace(
-        micro_batch_size=4, seq_length=P, create_attention_mask_in_dataloader=False))
+    from megatron_endprompt.launch import single_process_group
+
+    with single_process_group():
+        global_vars.set_args(argparse.Namespace(
+            micro_batch_size=4, seq_length=P, create_attention_mask_in_dataloader=False))
+        try:
+            yield
+        finally:
+            global_vars.set_args(None)
 
 
 def test_terminal_mask_comes_from_the_dataset(tmp_path, one_rank):
