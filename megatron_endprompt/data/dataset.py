@@ -36,6 +36,7 @@ from megatron.core.datasets.utils import Split
 
 from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar, read_sidecar, sidecar_path
+from megatron_endprompt.data.spans import sample_extent, sequence_starts, span_reader
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
 
@@ -148,6 +149,9 @@ class EndPromptGPTDataset(GPTDataset):
             # positions/weights and hand out copies (other layouts are drawn per sample).
             self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] | None = (
                 {} if layout.placement == "fixed" and layout.pose_chunks == 1 else None)
+            # A sidecar over an existing corpus: samples are composed from spans of the .bin.
+            self._spans = None if self.sidecar.sources is None else span_reader(
+                self.dataset.path_prefix, self.sidecar, self.dataset.index.dtype)
 
     @staticmethod
     def build_low_level_dataset(dataset_path: str, config: EndPromptDatasetConfig):
@@ -176,13 +180,19 @@ class EndPromptGPTDataset(GPTDataset):
         if self.config.defer_npy_index_mmap or self.config.fast_cache_load:
             raise UserError(f"{self.dataset_path}: --dataloader-defer-npy-index-mmap and "
                             "--dataloader-fast-cache-load are not supported for EndPrompt prefixes")
-        if len(self.sidecar.records) != len(self.dataset.sequence_lengths):
+        self._units = self.indices
+        if self.sidecar.sources is not None:
+            self._units = self._samples_in_split()
+        elif len(self.sidecar.records) != len(self.dataset.sequence_lengths):
             raise UserError(f"{self.sidecar.path}: {len(self.sidecar.records)} records but "
                             f"{self.dataset_path}.idx has {len(self.dataset.sequence_lengths)} "
                             "sequences; re-run tools/preprocess_endprompt.py")
         # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
         self.unique_identifiers["endprompt_sidecar"] = self.sidecar.header.idx_sha256
         self.unique_identifiers["endprompt_layout"] = self.sidecar.header.layout
+        if self.sidecar.sources is not None:  # many sidecars share one .idx
+            self.unique_identifiers["endprompt_spans"] = [self.sidecar.header.records_crc32,
+                                                          self.sidecar.header.sources["crc32"]]
         import hashlib
         import json
 
@@ -193,8 +203,22 @@ class EndPromptGPTDataset(GPTDataset):
         sample_index = self._load_or_build_sample_index()
         return sample_index, None, None
 
+    def _samples_in_split(self) -> np.ndarray:
+        """Spans sidecar: the samples whose every token lies in this split's sequences
+        (Megatron splits a GPT corpus by sequence; a sample straddling two splits is used by
+        neither)."""
+        if len(self.indices) == 0:
+            return np.empty(0, dtype=np.int32)
+        starts = sequence_starts(self.dataset.index, self.dataset.path_prefix,
+                                 self.sidecar.header.bin_bytes)[:-1]
+        first, last = sample_extent(self.sidecar.sources, self.sidecar.header.num_samples)
+        first_doc = np.searchsorted(starts, first, side="right") - 1
+        last_doc = np.searchsorted(starts, last - 1, side="right") - 1
+        lo, hi = int(np.min(self.indices)), int(np.max(self.indices))
+        return np.flatnonzero((first_doc >= lo) & (last_doc <= hi)).astype(np.int32)
+
     def _num_epochs_and_final_split(self) -> tuple[int, bool]:
-        n = len(self.indices)
+        n = len(self._units)
         if self.num_samples is None or n == 0:
             return 1, False
         epochs = max(1, -(-self.num_samples // n))
@@ -214,7 +238,7 @@ class EndPromptGPTDataset(GPTDataset):
             return np.load(path, mmap_mode="r", allow_pickle=False)
         t0 = time.time()
         epochs, separate = self._num_epochs_and_final_split()
-        index = build_document_index(self.indices, epochs, self.config.random_seed, separate)
+        index = build_document_index(self._units, epochs, self.config.random_seed, separate)
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             os.makedirs(cache, exist_ok=True)
             tmp = f"{path}.tmp-{os.getpid()}.npy"
@@ -245,7 +269,7 @@ class EndPromptGPTDataset(GPTDataset):
         # cost ~15 us each at P=8192, numpy's a few us; the results are the same.
         P = self.config.sequence_length
         doc = int(self.document_index[0 if idx is None else idx])
-        text = self.dataset.get(doc)
+        text = self.dataset.get(doc) if self._spans is None else self._spans.tokens(doc)
         record = self._records[doc]
         extra = self.config.add_extra_token_to_sequence
         pad = self._pad_token_id

@@ -91,23 +91,38 @@ class SidecarHeader:
     stats: dict = field(default_factory=dict)
     """Preprocessing summary (documents read/skipped, tokens), for ``inspect``."""
 
+    sources: dict = field(default_factory=dict)
+    """Empty: stored sequence ``i`` of the ``.bin`` is sample ``i`` (``P + 1`` tokens). Else the
+    samples are pieces of an existing corpus's token stream, an int64 array of ``length``
+    values after the records, interpreted by :mod:`.spans`:
+    ``{"kind": "spans", "length": n, "prompt_tokens": [[ids], ...], "eod": id, "crc32": crc}``."""
+
     def layout_config(self) -> LayoutConfig:
         """The ``LayoutConfig`` the records were drawn with."""
         return LayoutConfig(**self.layout)
 
 
-def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray) -> None:
+def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
+                  sources: np.ndarray | None = None) -> None:
     """Write ``records`` ``[num_samples, width]`` with ``header`` to ``path`` (not atomic:
-    the caller writes to a temporary name and renames)."""
+    the caller writes to a temporary name and renames); ``sources`` (int64, 1-D) for a sidecar
+    over an existing corpus (``header.sources`` set, see :mod:`.spans`)."""
     records = np.ascontiguousarray(records, dtype="<i4")
     assert records.ndim == 2 and records.shape[0] == header.num_samples
     header.records_crc32 = zlib.crc32(records.tobytes())
+    if sources is not None:
+        sources = np.ascontiguousarray(sources, dtype="<i8")
+        assert sources.ndim == 1 and header.sources
+        header.sources["length"] = len(sources)
+        header.sources["crc32"] = zlib.crc32(sources.tobytes())
     blob = json.dumps(asdict(header), sort_keys=True).encode("utf-8")
     head = _FIXED.pack(MAGIC, VERSION, len(blob)) + blob
     head += b"\0" * (-len(head) % 8)
     with open(path, "wb") as f:
         f.write(head)
         f.write(records.tobytes())
+        if sources is not None:
+            f.write(sources.tobytes())
 
 
 @dataclass(kw_only=True)
@@ -122,6 +137,9 @@ class Sidecar:
 
     records: np.ndarray
     """int32 ``[num_samples, 2 * pose_chunks]`` (read-only memory map)."""
+
+    sources: np.ndarray | None = None
+    """int64 1-D: pieces of an existing corpus (:mod:`.spans`; ``None``: samples are stored)."""
 
     @property
     def layout(self) -> LayoutConfig:
@@ -159,6 +177,8 @@ def read_sidecar(path: str, *, prefix: str | None = None, verify: bool = True) -
     offset = _FIXED.size + hlen
     offset += -offset % 8
     expected = offset + header.num_samples * width * 4
+    if header.sources:
+        expected += int(header.sources.get("length", 0)) * 8
     if size != expected:
         raise UserError(
             f"{path}: truncated or corrupt sidecar ({size} bytes, expected {expected}); {rebuild}"
@@ -168,7 +188,13 @@ def read_sidecar(path: str, *, prefix: str | None = None, verify: bool = True) -
         np.empty((0, width), dtype="<i4")
     if verify and zlib.crc32(records.tobytes()) != header.records_crc32:
         raise UserError(f"{path}: sidecar records fail their checksum; {rebuild}")
-    sidecar = Sidecar(path=path, header=header, records=records)
+    sources = None
+    if header.sources:
+        sources = np.memmap(path, dtype="<i8", mode="r", offset=offset + records.nbytes,
+                            shape=(int(header.sources["length"]),))
+        if verify and zlib.crc32(sources.tobytes()) != header.sources.get("crc32"):
+            raise UserError(f"{path}: sidecar source spans fail their checksum; {rebuild}")
+    sidecar = Sidecar(path=path, header=header, records=records, sources=sources)
     if prefix is not None:
         check_belongs_to(sidecar, prefix)
     return sidecar

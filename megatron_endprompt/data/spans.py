@@ -1,0 +1,135 @@
+"""Samples of a sidecar over an existing corpus: composed at read time from the ``.bin``.
+
+Why: a corpus tokenized once (by Megatron-LM's ``tools/preprocess_data.py``, by this project or
+by ``IndexedDatasetBuilder``) serves many layouts (32K/64K/128K, fixed/random, several ``b``)
+without being rewritten. Sample ``i`` is a short list of *pieces* ``(start, length)``, read in
+order and concatenated into its ``P + 1`` tokens:
+
+* ``start >= 0``: ``stream[start : start + length]`` — a continuation window is one piece, a
+  document-tail sample two (context, tail);
+* ``start == -1``: the EOD token (``length == 1``); ``start <= -2``: prompt ``-2 - start`` of
+  the tokenized prompt set kept in the sidecar header.
+
+``stream`` is the ``.bin`` read as one flat array of the ``.idx`` dtype: Megatron writes the
+sequences back to back, so a sequence's first token is at ``pointer / itemsize``.
+
+The sidecar's int64 ``sources`` array is ``ptr [N + 1]`` (sample ``i`` owns pieces
+``ptr[i]:ptr[i+1]``) followed by the pieces ``[M, 2]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megatron_endprompt.errors import UserError
+
+EOD_PIECE = -1
+
+
+def sequence_starts(index, prefix: str, bin_bytes: int) -> np.ndarray:
+    """Token offsets of every *sequence* of ``index`` (Megatron's ``_IndexReader``) in the flat
+    ``.bin`` stream, plus the stream's end (int64 ``[S + 1]``); refuses a ``.bin`` whose
+    sequences are not stored back to back from offset 0."""
+    itemsize = np.dtype(index.dtype).itemsize
+    lengths = np.asarray(index.sequence_lengths, dtype=np.int64)
+    pointers = np.asarray(index.sequence_pointers, dtype=np.int64)
+    expected = np.concatenate([[0], np.cumsum(lengths * itemsize)])
+    if len(lengths) == 0 or not np.array_equal(pointers, expected[:-1]) or expected[-1] != bin_bytes:
+        raise UserError(
+            f"{prefix}.bin/.idx: the sequences are not stored back to back from the start of "
+            f"the .bin ({bin_bytes} bytes, the .idx describes {int(expected[-1])}); only "
+            "contiguous Megatron corpora (preprocess_data.py, IndexedDatasetBuilder, add_index) "
+            "are supported"
+        )
+    return expected // itemsize
+
+
+def token_stream_bounds(index, prefix: str, bin_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token offsets ``[start, end)`` of every *document* of ``index`` in the flat stream."""
+    seq_starts = sequence_starts(index, prefix, bin_bytes)
+    docs = np.asarray(index.document_indices, dtype=np.int64)
+    return seq_starts[docs[:-1]], seq_starts[docs[1:]]
+
+
+def pieces_of(offsets: np.ndarray) -> np.ndarray:
+    """Pieces ``[k, 2]`` of one sample given as stream offsets (markers < 0 for EOD/prompts)."""
+    if offsets[0] >= 0 and offsets[-1] - offsets[0] == len(offsets) - 1:  # one window
+        return np.array([[offsets[0], len(offsets)]], dtype=np.int64)
+    a, b = offsets[:-1], offsets[1:]
+    neg_a, neg_b = a < 0, b < 0
+    brk = np.where(neg_a | neg_b, (a != b) | (neg_a != neg_b), b - a != 1)
+    bounds = np.concatenate([[0], np.flatnonzero(brk) + 1, [len(offsets)]])
+    return np.stack([offsets[bounds[:-1]], np.diff(bounds)], axis=1).astype(np.int64)
+
+
+def split_sources(sources: np.ndarray, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr [N + 1], pieces [M, 2])`` views of a sidecar's flat ``sources``."""
+    ptr = sources[: num_samples + 1]
+    return ptr, sources[num_samples + 1 :].reshape(-1, 2)
+
+
+def join_sources(ptr: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+    """The flat int64 ``sources`` array of ``ptr`` and ``pieces``."""
+    return np.concatenate([np.asarray(ptr, np.int64), np.asarray(pieces, np.int64).ravel()])
+
+
+def sample_extent(sources: np.ndarray, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and one-past-last stream offsets that each sample reads (int64 ``[N]`` each)."""
+    ptr, pieces = split_sources(np.asarray(sources), num_samples)
+    owner = np.repeat(np.arange(num_samples), np.diff(ptr))
+    real = pieces[:, 0] >= 0
+    first = np.full(num_samples, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.zeros(num_samples, dtype=np.int64)
+    np.minimum.at(first, owner[real], pieces[real, 0])
+    np.maximum.at(last, owner[real], pieces[real, 0] + pieces[real, 1])
+    return first, last
+
+
+class SpanReader:
+    """Composes sample tokens ``[P + 1]`` from the ``.bin`` of ``prefix`` (memory-mapped lazily,
+    so the reader pickles cheaply into data-loader workers)."""
+
+    def __init__(self, prefix: str, dtype, *, sources: np.ndarray, num_samples: int,
+                 prompt_tokens: list[list[int]], eod: int | None) -> None:
+        self.path = prefix + ".bin"
+        self.dtype = np.dtype(dtype)
+        self.ptr, self.pieces = split_sources(np.asarray(sources), num_samples)
+        self.prompts = [np.asarray(p, dtype=self.dtype) for p in prompt_tokens or []]
+        self.eod = None if eod is None else np.asarray([eod], dtype=self.dtype)
+        self._stream: np.ndarray | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_stream"] = None
+        return state
+
+    @property
+    def stream(self) -> np.ndarray:
+        if self._stream is None:
+            self._stream = np.memmap(self.path, dtype=self.dtype, mode="r")
+        return self._stream
+
+    def tokens(self, i: int) -> np.ndarray:
+        """Tokens of sample ``i`` in the ``.bin`` dtype, ``[P + 1]``."""
+        lo, hi = int(self.ptr[i]), int(self.ptr[i + 1])
+        stream = self.stream
+        if hi == lo + 1:
+            start, n = (int(v) for v in self.pieces[lo])
+            return np.array(stream[start : start + n])
+        parts = []
+        for start, n in self.pieces[lo:hi].tolist():
+            if start >= 0:
+                parts.append(stream[start : start + n])
+            elif start == EOD_PIECE:
+                parts.append(self.eod)
+            else:
+                parts.append(self.prompts[-2 - start])
+        return np.concatenate(parts)
+
+
+def span_reader(prefix: str, sidecar, dtype) -> SpanReader:
+    """A :class:`SpanReader` for a loaded spans sidecar of ``prefix``."""
+    src = sidecar.header.sources
+    return SpanReader(prefix, dtype, sources=sidecar.sources,
+                      num_samples=sidecar.header.num_samples,
+                      prompt_tokens=src.get("prompt_tokens") or [], eod=src.get("eod"))
