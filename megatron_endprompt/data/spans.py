@@ -133,3 +133,14 @@ def span_reader(prefix: str, sidecar, dtype) -> SpanReader:
     return SpanReader(prefix, dtype, sources=sidecar.sources,
                       num_samples=sidecar.header.num_samples,
                       prompt_tokens=src.get("prompt_tokens") or [], eod=src.get("eod"))
+
+
+def sample_reader(prefix: str, sidecar):
+    """``tokens(i) -> [P + 1]`` for either sidecar kind: stored samples (``PREFIX.bin``
+    sequence ``i``) or spans composed from the corpus."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    data = IndexedDataset(prefix)
+    if sidecar.sources is None:
+        return lambda i: np.asarray(data[i])
+    return span_reader(prefix, sidecar, data.index.dtype).tokens
