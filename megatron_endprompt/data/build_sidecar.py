@@ -22,7 +22,7 @@ import numpy as np
 from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
 from megatron_endprompt.data.sidecar import SUFFIX, SidecarHeader, file_fingerprint, write_sidecar
-from megatron_endprompt.data.spans import EOD_PIECE, join_sources, pieces_of, token_stream_bounds
+from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
@@ -185,6 +185,7 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
         tok_info = {**opts.tokenizer.as_dict(), **_abs_model(opts.tokenizer)}
     if tokenizer is not None:
         tok_info.update(vocab_size=tokenizer.vocab_size, eod=tokenizer.eod)
+    packed, layout = pack_sources(ptr.array()[:, 0], pieces.array(), P)
     header = SidecarHeader(
         layout=asdict(opts.layout),
         terminal_source=opts.terminal_source,
@@ -196,14 +197,13 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
         bin_bytes=bin_bytes,
         tokenizer=tok_info,
         stats=summary,
-        sources={"kind": "spans", "length": 0, "prompt_tokens": [p.tolist() for p in prompt_tokens],
+        sources={"kind": "spans", "layout": layout, "length": 0, "prompt_tokens": [p.tolist() for p in prompt_tokens],
                  "eod": None if tokenizer is None else int(tokenizer.eod)},
     )
     out = out_path or named_sidecar_path(prefix, opts.name)
     tmp = f"{out}.tmp-{os.getpid()}"
     try:
-        write_sidecar(tmp, header, records.array(),
-                      join_sources(ptr.array()[:, 0], pieces.array()))
+        write_sidecar(tmp, header, records.array(), packed)
         os.replace(tmp, out)
     except OSError as exc:
         raise UserError(f"{out}: cannot write the sidecar ({exc.strerror}); make its directory "

@@ -211,7 +211,7 @@ class EndPromptGPTDataset(GPTDataset):
             return np.empty(0, dtype=np.int32)
         starts = sequence_starts(self.dataset.index, self.dataset.path_prefix,
                                  self.sidecar.header.bin_bytes)[:-1]
-        first, last = sample_extent(self.sidecar.sources, self.sidecar.header.num_samples)
+        first, last = sample_extent(self.sidecar)
         first_doc = np.searchsorted(starts, first, side="right") - 1
         last_doc = np.searchsorted(starts, last - 1, side="right") - 1
         lo, hi = int(np.min(self.indices)), int(np.max(self.indices))

@@ -17,7 +17,7 @@ import numpy as np
 
 from megatron_endprompt.data.build_sidecar import named_sidecar_path
 from megatron_endprompt.data.sidecar import SidecarHeader, file_fingerprint, read_sidecar, write_sidecar
-from megatron_endprompt.data.spans import join_sources, split_sources
+from megatron_endprompt.data.spans import pack_sources, sidecar_pieces
 from megatron_endprompt.errors import UserError
 
 _SAME = ("layout", "terminal_source", "terminal_length", "prompts")
@@ -90,7 +90,10 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
             builder.add_index(prefix)
         builder.finalize(tmp[".idx"])
         records = np.concatenate([np.asarray(sc.records) for sc in sidecars])
-        sources = _merged_sources(sidecars, np.dtype(dtypes[0]).itemsize) if h0.sources else None
+        sources = None
+        if h0.sources:
+            ptr, pieces = _merged_pieces(sidecars, np.dtype(dtypes[0]).itemsize)
+            sources, layout = pack_sources(ptr, pieces, sidecars[0].layout.seq_length)
         header = SidecarHeader(**{**asdict(h0), "records_crc32": 0})
         header.num_samples = len(records)
         header.idx_sha256 = file_fingerprint(tmp[".idx"])
@@ -100,6 +103,8 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
              "samples": sc.header.num_samples, "stats": sc.header.stats}
             for p, sc in zip(inputs, sidecars)]}
         header.sources = {k: v for k, v in h0.sources.items() if k not in ("length", "crc32")}
+        if sources is not None:
+            header.sources["layout"] = layout
         write_sidecar(tmp["sidecar"], header, records, sources)
         # commit: old .bin first (the set looks incomplete meanwhile), new .bin last
         if os.path.exists(output_prefix + ".bin"):
@@ -118,16 +123,16 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
             "bin_bytes": os.path.getsize(output_prefix + ".bin"), "sidecar": out_sidecar}
 
 
-def _merged_sources(sidecars, itemsize: int) -> np.ndarray:
+def _merged_pieces(sidecars, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
     """Pieces of every shard, stream offsets shifted by the tokens of the shards before it."""
     ptrs, pieces = [np.zeros(1, np.int64)], []
     token_base = piece_base = 0
     for sc in sidecars:
-        ptr, pcs = split_sources(np.asarray(sc.sources), sc.header.num_samples)
+        ptr, pcs = sidecar_pieces(sc)
         pcs = np.array(pcs)
         pcs[pcs[:, 0] >= 0, 0] += token_base
         ptrs.append(ptr[1:] + piece_base)
         pieces.append(pcs)
         piece_base += len(pcs)
         token_base += sc.header.bin_bytes // itemsize
-    return join_sources(np.concatenate(ptrs), np.concatenate(pieces))
+    return np.concatenate(ptrs), np.concatenate(pieces)

@@ -13,8 +13,10 @@ order and concatenated into its ``P + 1`` tokens:
 ``stream`` is the ``.bin`` read as one flat array of the ``.idx`` dtype: Megatron writes the
 sequences back to back, so a sequence's first token is at ``pointer / itemsize``.
 
-The sidecar's int64 ``sources`` array is ``ptr [N + 1]`` (sample ``i`` owns pieces
-``ptr[i]:ptr[i+1]``) followed by the pieces ``[M, 2]``.
+The sidecar's int64 ``sources`` array is, for layout ``pieces``, ``ptr [N + 1]`` (sample ``i``
+owns pieces ``ptr[i]:ptr[i+1]``) followed by the pieces ``[M, 2]``; for layout ``windows``
+(continuation: one window of ``P + 1`` tokens per sample, stride ``P``) only the runs
+``(first sample, first token)`` — so such a sidecar stays ~8 bytes per sample.
 """
 
 from __future__ import annotations
@@ -62,20 +64,51 @@ def pieces_of(offsets: np.ndarray) -> np.ndarray:
     return np.stack([offsets[bounds[:-1]], np.diff(bounds)], axis=1).astype(np.int64)
 
 
-def split_sources(sources: np.ndarray, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ptr [N + 1], pieces [M, 2])`` views of a sidecar's flat ``sources``."""
-    ptr = sources[: num_samples + 1]
-    return ptr, sources[num_samples + 1 :].reshape(-1, 2)
-
-
 def join_sources(ptr: np.ndarray, pieces: np.ndarray) -> np.ndarray:
-    """The flat int64 ``sources`` array of ``ptr`` and ``pieces``."""
+    """The flat int64 ``sources`` array of ``ptr`` and ``pieces`` (layout ``pieces``)."""
     return np.concatenate([np.asarray(ptr, np.int64), np.asarray(pieces, np.int64).ravel()])
 
 
-def sample_extent(sources: np.ndarray, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
+def pack_sources(ptr: np.ndarray, pieces: np.ndarray, seq_length: int) -> tuple[np.ndarray, str]:
+    """``(flat int64 array, layout)`` to store. Continuation samples are windows of ``P + 1``
+    tokens with stride ``P``: stored as runs ``(first sample, first token)``, a few values per
+    shard instead of 24 bytes per sample (layout ``windows``); otherwise ``pieces``."""
+    ptr, pieces = np.asarray(ptr, np.int64), np.asarray(pieces, np.int64).reshape(-1, 2)
+    n = len(ptr) - 1
+    if n > 0 and len(pieces) == n and np.all(pieces[:, 1] == seq_length + 1) \
+            and np.all(pieces[:, 0] >= 0):
+        starts = pieces[:, 0]
+        new_run = np.flatnonzero(np.diff(starts) != seq_length) + 1
+        firsts = np.concatenate([[0], new_run])
+        if len(firsts) * 4 <= n:
+            return np.stack([firsts, starts[firsts]], axis=1).ravel(), "windows"
+    return join_sources(ptr, pieces), "pieces"
+
+
+def unpack_sources(sources: np.ndarray, num_samples: int, layout: str,
+                   seq_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr [N + 1], pieces [M, 2])`` of a sidecar's stored ``sources``."""
+    sources = np.asarray(sources, dtype=np.int64)
+    if layout == "windows":
+        runs = sources.reshape(-1, 2)
+        run = np.searchsorted(runs[:, 0], np.arange(num_samples), side="right") - 1
+        starts = runs[run, 1] + (np.arange(num_samples) - runs[run, 0]) * seq_length
+        pieces = np.stack([starts, np.full(num_samples, seq_length + 1)], axis=1)
+        return np.arange(num_samples + 1, dtype=np.int64), pieces
+    return sources[: num_samples + 1], sources[num_samples + 1 :].reshape(-1, 2)
+
+
+def sidecar_pieces(sidecar) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr, pieces)`` of a loaded spans sidecar."""
+    return unpack_sources(sidecar.sources, sidecar.header.num_samples,
+                          sidecar.header.sources.get("layout", "pieces"),
+                          sidecar.layout.seq_length)
+
+
+def sample_extent(sidecar) -> tuple[np.ndarray, np.ndarray]:
     """First and one-past-last stream offsets that each sample reads (int64 ``[N]`` each)."""
-    ptr, pieces = split_sources(np.asarray(sources), num_samples)
+    num_samples = sidecar.header.num_samples
+    ptr, pieces = sidecar_pieces(sidecar)
     owner = np.repeat(np.arange(num_samples), np.diff(ptr))
     real = pieces[:, 0] >= 0
     first = np.full(num_samples, np.iinfo(np.int64).max, dtype=np.int64)
@@ -89,11 +122,11 @@ class SpanReader:
     """Composes sample tokens ``[P + 1]`` from the ``.bin`` of ``prefix`` (memory-mapped lazily,
     so the reader pickles cheaply into data-loader workers)."""
 
-    def __init__(self, prefix: str, dtype, *, sources: np.ndarray, num_samples: int,
+    def __init__(self, prefix: str, dtype, *, ptr: np.ndarray, pieces: np.ndarray,
                  prompt_tokens: list[list[int]], eod: int | None) -> None:
         self.path = prefix + ".bin"
         self.dtype = np.dtype(dtype)
-        self.ptr, self.pieces = split_sources(np.asarray(sources), num_samples)
+        self.ptr, self.pieces = ptr, pieces
         self.prompts = [np.asarray(p, dtype=self.dtype) for p in prompt_tokens or []]
         self.eod = None if eod is None else np.asarray([eod], dtype=self.dtype)
         self._stream: np.ndarray | None = None
@@ -130,8 +163,8 @@ class SpanReader:
 def span_reader(prefix: str, sidecar, dtype) -> SpanReader:
     """A :class:`SpanReader` for a loaded spans sidecar of ``prefix``."""
     src = sidecar.header.sources
-    return SpanReader(prefix, dtype, sources=sidecar.sources,
-                      num_samples=sidecar.header.num_samples,
+    ptr, pieces = sidecar_pieces(sidecar)
+    return SpanReader(prefix, dtype, ptr=ptr, pieces=pieces,
                       prompt_tokens=src.get("prompt_tokens") or [], eod=src.get("eod"))
 
 

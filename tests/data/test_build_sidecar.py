@@ -14,7 +14,7 @@ from megatron_endprompt.cli import build_sidecar as cli
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.samples import SampleMaker
 from megatron_endprompt.data.sidecar import read_sidecar
-from megatron_endprompt.data.spans import span_reader, split_sources
+from megatron_endprompt.data.spans import sidecar_pieces, span_reader
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.layout import LayoutConfig
 
@@ -99,7 +99,7 @@ def test_prompt_terminals_composed_at_read_time(corpus, run_tool, tmp_path):
                          prompts=plist, eod=tok.eod)
     reader = span_reader(prefix, sc, np.uint16)
     assert len(expected) == sc.header.num_samples
-    _, pieces = split_sources(np.asarray(sc.sources), sc.header.num_samples)
+    _, pieces = sidecar_pieces(sc)
     assert set(pieces[pieces[:, 0] < 0, 0].tolist()) == {-1, -2, -3, -4}  # EOD + 3 prompts
     for i, (tokens, record) in enumerate(expected):
         assert np.array_equal(reader.tokens(i), tokens)

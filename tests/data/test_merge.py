@@ -11,7 +11,7 @@ import pytest
 from megatron_endprompt.cli import merge as merge_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.sidecar import read_sidecar
-from megatron_endprompt.data.spans import sample_reader
+from megatron_endprompt.data.spans import sample_reader, sidecar_pieces
 from megatron_endprompt.errors import run_cli
 from megatron_endprompt.layout import positions_from_record
 
@@ -46,6 +46,9 @@ def test_merged_shards_equal_one_run(shards, run_tool):
     # every merged sample is the shard's sample (spans shifted into the merged stream) and a
     # contiguous continuation window of the merged corpus
     tokens = sample_reader(merged, sc)
+    ptr, pieces = sidecar_pieces(sc)
+    assert sc.header.sources["layout"] == "windows" and len(sc.sources) == 2 * 3  # 3 runs
+    assert np.array_equal(ptr, np.arange(len(pieces) + 1))
     stream = np.fromfile(merged + ".bin", dtype=np.uint16)
     k = 0
     for p, s in zip(parts, shard_scs):
@@ -53,7 +56,7 @@ def test_merged_shards_equal_one_run(shards, run_tool):
         for i in range(s.header.num_samples):
             t = tokens(k)
             assert np.array_equal(t, shard_tokens(i))
-            start = int(np.asarray(sc.sources)[sc.header.num_samples + 1 + 2 * k])
+            start = int(pieces[k, 0])
             assert np.array_equal(t, stream[start : start + P + 1])
             pos = positions_from_record(sc.records[k], P)
             assert pos[-1] < L and np.all(np.diff(pos) > 0)
