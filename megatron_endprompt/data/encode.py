@@ -35,9 +35,12 @@ _BATCH_LINES = 128
 # gets enough tasks to keep every worker busy to the end.
 _BATCH_BYTES = 1 << 16
 # Fast path: texts per encode_batch call, and the byte budget of one batch.
-_FAST_BATCH_DOCS = 2048
-_FAST_BATCH_BYTES = 1 << 22
-_CHUNK_CHARS = 1 << 20
+_FAST_BATCH_DOCS = 1024
+# encode_batch holds ~250 bytes of Rust state per input character (normalized strings with
+# per-byte alignments, splits, Encodings) until it returns: 256 KiB of text per call keeps
+# that near 64 MiB, while still giving each rayon thread many documents.
+_FAST_BATCH_BYTES = 1 << 18
+_CHUNK_CHARS = 1 << 18
 """Documents longer than this are encoded in chunks of about this many characters."""
 _SAFE_SPLIT = re.compile(r"(?<=\S) (?=\S)")
 
@@ -168,7 +171,8 @@ class FastEncoder:
             self.prefix, self.suffix = with_sp[:k], with_sp[k + len(plain):]
 
     def _finish(self, ids: list[int] | np.ndarray) -> np.ndarray:
-        out = np.empty(len(ids) + (self.eod is not None), dtype=np.int64)
+        # int32 (ids < 2**31): half the memory of int64; the .bin builder converts anyway
+        out = np.empty(len(ids) + (self.eod is not None), dtype=np.int32)
         out[: len(ids)] = ids
         if self.eod is not None:
             out[-1] = self.eod
@@ -183,12 +187,14 @@ class FastEncoder:
                 break
             cuts.append(m.start())
         cuts.append(len(text))
-        pieces = [np.asarray(self.prefix, dtype=np.int64)]
-        for lo in range(0, len(cuts) - 1, 8):
-            chunks = [text[cuts[i] : cuts[i + 1]] for i in range(lo, min(lo + 8, len(cuts) - 1))]
+        pieces = [np.asarray(self.prefix, dtype=np.int32)]
+        # two chunks per call (one per rayon thread at --workers 2): the Rust state of only
+        # ~512 KiB of text is alive at a time (see _FAST_BATCH_BYTES)
+        for lo in range(0, len(cuts) - 1, 2):
+            chunks = [text[cuts[i] : cuts[i + 1]] for i in range(lo, min(lo + 2, len(cuts) - 1))]
             for enc in self.backend.encode_batch(chunks, add_special_tokens=False):
-                pieces.append(np.asarray(enc.ids, dtype=np.int64))
-        pieces.append(np.asarray(self.suffix, dtype=np.int64))
+                pieces.append(np.asarray(enc.ids, dtype=np.int32))
+        pieces.append(np.asarray(self.suffix, dtype=np.int32))
         return self._finish(np.concatenate(pieces))
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
