@@ -139,3 +139,11 @@ def test_corpus_sidecar_trains_through_dataset(corpus, run_tool, tmp_path):
 def test_not_a_corpus_is_one_error_line(run_tool, tmp_path):
     rc, _, err = run_tool(cli.main, _argv(str(tmp_path / "nope")))
     assert rc == 2 and err.startswith("error: --data-prefix") and err.count("\n") == 1
+
+
+def test_tokenized_corpus_as_input_points_to_the_sidecar_tool(corpus, spm_args, run_tool):
+    from megatron_endprompt.cli import preprocess as preprocess_cli
+
+    prefix, _ = corpus
+    rc, _, err = run_tool(preprocess_cli.main, spm_args(prefix + "_out", inputs=[prefix + ".bin"]))
+    assert rc == 2 and err.count("\n") == 1 and "build_endprompt_sidecar.py" in err

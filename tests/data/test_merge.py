@@ -108,3 +108,16 @@ def test_partition_flags(spm_args, run_tool, tmp_path):
     rc, _, err = run_tool(preprocess_cli.main, spm_args(tmp_path / "x", "--partitions", 2,
                                                         "--partition-index", 2))
     assert rc == 2 and err.count("\n") == 1 and "--partition-index 2" in err
+
+
+def test_partition_reports_true_line_numbers(spm_args, spm_corpus, run_tool, tmp_path):
+    """A partition starting mid-file still names the bad line by its number in the file."""
+    lines = open(spm_corpus.path, encoding="utf-8").readlines()
+    bad = len(lines) - 3
+    lines[bad] = "{not json\n"
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    rc, _, err = run_tool(preprocess_cli.main, spm_args(tmp_path / "x", "--partitions", 2,
+                                                        "--partition-index", 1,
+                                                        inputs=[str(corpus)]))
+    assert rc == 2 and err.startswith(f"error: {corpus}:{bad + 1}: malformed JSON")
