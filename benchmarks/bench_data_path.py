@@ -19,9 +19,11 @@ characters) and repeated ``--repeat`` times:
    ``tokenizer.json`` trained offline with ``tokenizers`` on the corpus, loaded by both tools as
    ``HuggingFaceTokenizer``; ``--tokenizer spm`` uses a SentencePiece model
    (``GPTSentencePieceTokenizer``). Each tool runs ``--trials`` times, alternating, best time
-   kept. Reported: wall time end to end, wall time net of start-up (each tool's best time on a
-   one-document input: imports and tokenizer load), CPU seconds of the tool and its children
-   (``os.wait4``), and whether both wrote byte-identical ``.bin/.idx``.
+   kept. Reported: tokens/s by wall time end to end (the target's measure), the same net of
+   start-up (each tool's best time on a one-sample input: imports, tokenizer load), tokens per
+   CPU-second of the tool and its children (``os.wait4``) end to end and net of the start-up's
+   CPU — the figure other jobs on shared cores disturb least, and what the tools reach on free
+   cores — and whether both wrote byte-identical ``.bin/.idx``.
    ``--long-line-mb M`` also runs ours on one JSONL line of ``M`` MB and reports its peak RSS.
 
 2. Dataset samples/s at P = ``--seq-length``: ``EndPromptGPTDataset`` on our prefix against
@@ -184,7 +186,8 @@ def time_preprocessing(args, w, tok) -> dict:
                                             + [p for p in [env.get("PYTHONPATH")] if p])
     ours_env = dict(os.environ, PYTHONPATH=REPO)
     plain_prefix = w("plain_text_document") if args.megatron_lm else w("plain")
-    out: dict = {k: {"wall": [], "cpu": [], "startup_wall": []} for k in ("plain", "ours")}
+    out: dict = {k: {"wall": [], "cpu": [], "startup_wall": [], "startup_cpu": []}
+                 for k in ("plain", "ours")}
     for name, jsonl in (("startup_wall", w("tiny.jsonl")), ("wall", w("input.jsonl"))):
         trials = args.trials if name == "wall" else max(2, args.trials // 2)
         for _ in range(trials):
@@ -197,13 +200,11 @@ def time_preprocessing(args, w, tok) -> dict:
                                    tok, args.workers)
                 wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
             out["plain"][name].append(wall)
-            if name == "wall":
-                out["plain"]["cpu"].append(cpu)
+            out["plain"]["cpu" if name == "wall" else "startup_cpu"].append(cpu)
             prefix = w("ours") if name == "wall" else w("tiny_ours")
             wall, cpu, _ = run_timed(ours_cmd(jsonl, prefix, tok, args), ours_env)
             out["ours"][name].append(wall)
-            if name == "wall":
-                out["ours"]["cpu"].append(cpu)
+            out["ours"]["cpu" if name == "wall" else "startup_cpu"].append(cpu)
     out["identical_bin_idx"] = all(
         open(plain_prefix + s, "rb").read() == open(w("ours") + s, "rb").read()
         for s in (".bin", ".idx"))
@@ -317,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     start = {k: min(pre[k]["startup_wall"]) for k in ("plain", "ours")}
     net = {k: max(best[k] - start[k], 1e-9) for k in best}
     cpu = {k: min(pre[k]["cpu"]) for k in best}
+    cpu_net = {k: max(cpu[k] - min(pre[k]["startup_cpu"]), 1e-9) for k in best}
 
     # 2. datasets on the same tokens
     cache = w("index_cache")
@@ -339,13 +341,15 @@ def main(argv: list[str] | None = None) -> int:
         | {"documents": n_docs, "tokens": tokens, "tokenizer_type": tok[0],
            "plain": plain_name},
         "preprocess": {
-            **{f"{k}_{m}": pre[k][m] for k in ("plain", "ours") for m in ("wall", "cpu",
-                                                                          "startup_wall")},
+            **{f"{k}_{m}": pre[k][m] for k in ("plain", "ours")
+               for m in ("wall", "cpu", "startup_wall", "startup_cpu")},
             "plain_tokens_per_s": tokens / best["plain"], "ours_tokens_per_s": tokens / best["ours"],
             "ratio": best["plain"] / best["ours"],
-            "plain_tokens_per_s_net": tokens / net["plain"],
-            "ours_tokens_per_s_net": tokens / net["ours"],
-            "ratio_net": net["plain"] / net["ours"], "target_ratio": 2.5,
+            "ratio_net": net["plain"] / net["ours"] if min(net.values()) > 1e-6 else None,
+            "target_ratio": 2.5,
+            "plain_tokens_per_cpu_s_net": tokens / cpu_net["plain"],
+            "ours_tokens_per_cpu_s_net": tokens / cpu_net["ours"],
+            "cpu_ratio_net": cpu_net["plain"] / cpu_net["ours"],
             "plain_tokens_per_cpu_s": tokens / cpu["plain"],
             "ours_tokens_per_cpu_s": tokens / cpu["ours"], "cpu_ratio": cpu["plain"] / cpu["ours"],
             "identical_bin_idx": pre["identical_bin_idx"],
@@ -372,12 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         ("preprocess ratio (wall, end to end)", f"{r['ratio']:.2f}x",
          f">= 2.5x {ok(r['ratio'] >= 2.5)}"),
         ("preprocess start-up s  plain / ours", f"{start['plain']:.1f} / {start['ours']:.1f}", ""),
-        ("preprocess tokens/s net of start-up", f"{r['plain_tokens_per_s_net']:,.0f} / "
-         f"{r['ours_tokens_per_s_net']:,.0f}", ""),
-        ("preprocess ratio net of start-up", f"{r['ratio_net']:.2f}x",
-         f">= 2.5x {ok(r['ratio_net'] >= 2.5)}"),
+        ("preprocess wall ratio net of start-up",
+         f"{r['ratio_net']:.2f}x" if min(net.values()) > 1e-6 else "n/a (start-up > run)",
+         "(noisy on a shared machine)"),
         ("preprocess tokens/CPU-s  plain / ours", f"{r['plain_tokens_per_cpu_s']:,.0f} / "
          f"{r['ours_tokens_per_cpu_s']:,.0f}", f"{r['cpu_ratio']:.2f}x"),
+        ("tokens/CPU-s net of start-up  plain / ours", f"{r['plain_tokens_per_cpu_s_net']:,.0f} / "
+         f"{r['ours_tokens_per_cpu_s_net']:,.0f}", f"{r['cpu_ratio_net']:.2f}x"),
         ("identical .bin/.idx", str(r["identical_bin_idx"]), ""),
         ("dataset samples/s  GPTDataset", f"{sps_gpt:,.0f}", ""),
         ("dataset samples/s  EndPromptGPTDataset", f"{sps_ours:,.0f}",
