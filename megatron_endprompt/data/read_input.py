@@ -84,7 +84,7 @@ def read_lines(rng: InputRange) -> Iterator[tuple[str, int, bytes]]:
                 f.seek(lo - 1)
                 if f.read(1) != b"\n":  # lo is inside a line: the previous partition owns it
                     f.readline()
-                    lineno += 1
+                lineno += 1  # the line that ends at or after lo - 1
             pos = f.tell()
             while pos < hi:
                 raw = f.readline()
