@@ -154,7 +154,8 @@ def preprocess(opts: PreprocessOptions) -> dict:
             progress.update(nbytes, n_tokens)
         progress.close()
         read = {"documents_read": n_docs + sum(skipped.values()),
-                "documents_skipped": dict(skipped)}
+                "documents_skipped": dict(skipped),
+                "tokenizer_path": "rust-batch" if encoder is not None else "per-document"}
         if n_docs == 0:
             _no_sample(opts, 0, 0)
         builder.finalize(tmp[".idx"])
@@ -231,7 +232,8 @@ def _commit(prefix: str, tmp: dict[str, str]) -> None:
 def format_summary(summary: dict) -> str:
     """Human-readable summary lines."""
     lines = [
-        f"documents read: {summary['documents_read']:,}  used: {summary['documents_used']:,}",
+        f"documents read: {summary['documents_read']:,}  used: {summary['documents_used']:,}"
+        + (f"  (tokenized: {summary['tokenizer_path']})" if "tokenizer_path" in summary else ""),
     ]
     for reason, n in summary["documents_skipped"].items():
         lines.append(f"  skipped ({reason}): {n:,}")

@@ -36,7 +36,9 @@ def sequence_starts(index, prefix: str, bin_bytes: int) -> np.ndarray:
     lengths = np.asarray(index.sequence_lengths, dtype=np.int64)
     pointers = np.asarray(index.sequence_pointers, dtype=np.int64)
     expected = np.concatenate([[0], np.cumsum(lengths * itemsize)])
-    if len(lengths) == 0 or not np.array_equal(pointers, expected[:-1]) or expected[-1] != bin_bytes:
+    if len(lengths) == 0:
+        raise UserError(f"{prefix}.idx: no sequences (an empty corpus); nothing to build on")
+    if not np.array_equal(pointers, expected[:-1]) or expected[-1] != bin_bytes:
         raise UserError(
             f"{prefix}.bin/.idx: the sequences are not stored back to back from the start of "
             f"the .bin ({bin_bytes} bytes, the .idx describes {int(expected[-1])}); only "

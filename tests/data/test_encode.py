@@ -10,6 +10,7 @@ import pytest
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data import encode
+from megatron_endprompt.data.sidecar import read_sidecar
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import run_cli
 
@@ -67,7 +68,13 @@ def test_fast_path_equals_megatron_tokenizer(spm_args, hf_dir, tmp_path, monkeyp
     assert sum(calls) > 40  # the probe plus every document went through encode_batch
     monkeypatch.setattr(encode, "fast_backend", lambda tok: None)  # Megatron's tokenize()
     assert run_cli(preprocess_cli.main, _argv(spm_args, tmp_path / "slow", hf_dir)) == 0
-    assert _files(tmp_path / "fast") == _files(tmp_path / "slow")
+    fast, slow = _files(tmp_path / "fast"), _files(tmp_path / "slow")
+    assert fast[".bin"] == slow[".bin"] and fast[".idx"] == slow[".idx"]
+    a, b = (read_sidecar(str(tmp_path / n) + ".endprompt") for n in ("fast", "slow"))
+    assert np.array_equal(a.records, b.records) and np.array_equal(a.sources, b.sources)
+    assert (a.header.stats.pop("tokenizer_path"), b.header.stats.pop("tokenizer_path")) \
+        == ("rust-batch", "per-document")
+    assert a.header.stats == b.header.stats
 
 
 def test_long_document_is_chunked_with_same_ids(hf_tok, monkeypatch):
