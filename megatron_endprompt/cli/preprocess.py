@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "GPTSentencePieceTokenizer, TikTokenizer, NullTokenizer")
     g.add_argument("--tokenizer-model", default=None, help="tokenizer file or HF directory")
     g.add_argument("--vocab-size", type=int, default=None, help="NullTokenizer vocabulary size")
-    g.add_argument("--workers", type=int, default=1, help="tokenizer processes")
+    g.add_argument("--workers", type=int, default=1,
+                   help="tokenizer processes (Rust threads for an HF fast tokenizer)")
     g.add_argument("--append-eod", action="store_true", help="append EOD to every document")
     g.add_argument("--partitions", type=int, default=1,
                    help="cut the inputs into N line-aligned byte ranges, one process (machine) "
