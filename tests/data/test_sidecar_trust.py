@@ -135,7 +135,7 @@ def test_rank0_verifies_others_hit_the_cache(tmp_path):
     import subprocess
     import sys
 
-    from megatron_endprompt.runtime.process_group import free_port
+    from megatron_endprompt.launch import free_port
     from test_dataset import SPEC, _corpus
     from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.layout import LayoutConfig
