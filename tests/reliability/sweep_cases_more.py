@@ -38,18 +38,22 @@ def _truncate(path, keep=0.5):
 
 
 def _sidecar_header_edit(prefix, **layout):
-    """Rewrite the sidecar header's layout values (format: magic, version, hlen, JSON)."""
+    """Rewrite the sidecar header's layout values with a valid header checksum (format v2:
+    magic, version, hlen, header CRC-32, JSON), so only the value check can refuse it."""
+    import zlib
+
     path = prefix + ".endprompt"
     raw = open(path, "rb").read()
-    magic, version, hlen = struct.unpack("<8sII", raw[:16])
-    header = json.loads(raw[16:16 + hlen])
+    magic, version, hlen, _ = struct.unpack("<8sIII", raw[:20])
+    header = json.loads(raw[20:20 + hlen])
     header["layout"].update(layout)
     blob = json.dumps(header, sort_keys=True).encode()
-    head = struct.pack("<8sII", magic, version, len(blob)) + blob
+    head = bytearray(struct.pack("<8sIII", magic, version, len(blob), 0) + blob)
     head += b"\0" * (-len(head) % 8)
-    off = 16 + hlen
+    head[16:20] = struct.pack("<I", zlib.crc32(head))
+    off = 20 + hlen
     off += -off % 8
-    open(path, "wb").write(head + raw[off:])
+    open(path, "wb").write(bytes(head) + raw[off:])
 
 
 def copy_tree(src, d, name):
