@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None,
                    help="write PREFIX.NAME.endprompt (default PREFIX.endprompt)")
     p.add_argument("--tokenizer-type", default=None,
-                   help="the corpus's tokenizer (needed by --terminal-source prompt)")
+                   help="the corpus's tokenizer (needed by --terminal-source prompt); its "
+                        "identity is recorded and checked at training (without it, training "
+                        "warns that it cannot check the tokenizer)")
     p.add_argument("--tokenizer-model", default=None, help="tokenizer file or HF directory")
     p.add_argument("--vocab-size", type=int, default=None, help="NullTokenizer vocabulary size")
     add_layout_arguments(p)
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_endprompt.compat import quiet_megatron_import_noise
 
     quiet_megatron_import_noise()
-    from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar, named_sidecar_path
+    from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
+    from megatron_endprompt.data.sidecar import sidecar_path
     from megatron_endprompt.data.tokenizer import TokenizerSpec
 
     spec = None
@@ -88,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"samples: {summary['samples_written']:,} from {summary['documents_used']:,} "
               f"documents ({summary['tokens_in']:,} tokens)")
-        print(f"wrote {named_sidecar_path(args.data_prefix, args.name)}")
+        if spec is None:
+            print("tokenizer: none recorded (give --tokenizer-type/--tokenizer-model to have "
+                  "training check it)")
+        print(f"wrote {sidecar_path(args.data_prefix, args.name)}")
     return 0
 
 
