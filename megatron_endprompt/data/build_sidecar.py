@@ -239,8 +239,16 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
 def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> None:
     """Temporary + ``fsync`` + rename (+ directory ``fsync``): ``out`` is the old or the new
     sidecar at every instant; the caller holds the prefix lock."""
-    from megatron_endprompt.data.atomic_output import _fsync_dir
+    import glob
+    import re
 
+    from megatron_endprompt.data.atomic_output import _fsync_dir, pid_alive
+
+    for stale in glob.glob(glob.escape(out) + ".tmp-*"):  # left by a killed build
+        m = re.search(r"\.tmp-(\d+)$", stale)
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(stale)
     tmp = f"{out}.tmp-{os.getpid()}"
     try:
         write_sidecar(tmp, header, records, sources)

@@ -136,12 +136,15 @@ def test_sources_covered_by_header_crc_and_full_verification(corpus, run_tool, t
 
 
 def test_standalone_build_holds_the_prefix_lock(corpus, run_tool):
+    stale = f"{corpus}.locked.endprompt.tmp-999999999"  # a killed build's temporary
+    open(stale, "wb").write(b"partial")
     with prefix_lock(corpus):
         rc, _, err = run_tool(cli.main, ["--data-prefix", corpus, "--seq-length", P,
                                          "--target-length", L, "--terminal-length", B,
                                          "--no-progress", "--name", "locked"])
     assert rc == 2 and err.count("\n") == 1 and "another run" in err
-    assert not os.path.exists(f"{corpus}.locked.endprompt")
+    assert not os.path.exists(f"{corpus}.locked.endprompt") and os.path.exists(stale)
+    _build(run_tool, corpus, "locked")
     assert not [f for f in os.listdir(os.path.dirname(corpus)) if ".tmp-" in f]
 
 
