@@ -4,6 +4,7 @@ valid layouts, random draws that differ between shards; mismatched shards refuse
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -43,6 +44,11 @@ def test_merged_shards_equal_one_run(shards, run_tool):
     assert sc.header.num_samples == sum(s.header.num_samples for s in shard_scs)
     assert np.array_equal(np.asarray(sc.records),
                           np.concatenate([np.asarray(s.records) for s in shard_scs]))
+    # sidecar v2: header checksum recomputed (read_sidecar checked it), tokenizer identity kept
+    from megatron_endprompt.data.tokenizer_identity import is_known
+
+    assert is_known(sc.header.tokenizer) and sc.header.tokenizer == shard_scs[0].header.tokenizer
+    assert not any(f.endswith(".lock") or ".tmp-" in f for f in os.listdir(root))
     # every merged sample is the shard's sample (spans shifted into the merged stream) and a
     # contiguous continuation window of the merged corpus
     tokens = sample_reader(merged, sc)
