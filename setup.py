@@ -39,6 +39,8 @@ setup(
     entry_points={
         "console_scripts": [
             "endprompt-preprocess=megatron_endprompt.cli.preprocess:cli",
+            "endprompt-build-sidecar=megatron_endprompt.cli.build_sidecar:cli",
+            "endprompt-merge=megatron_endprompt.cli.merge:cli",
             "endprompt-inspect=megatron_endprompt.cli.inspect:cli",
             "endprompt-convert=megatron_endprompt.cli.convert:cli",
             "endprompt-plan=megatron_endprompt.cli.plan:cli",

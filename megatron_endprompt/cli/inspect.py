@@ -63,10 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_endprompt.compat import quiet_megatron_import_noise
 
     quiet_megatron_import_noise()
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
     from megatron_endprompt.data.atomic_output import ensure_committed
     from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.spans import sample_reader
     from megatron_endprompt.layout import describe_runs, loss_weights_from_record, \
         positions_from_record
 
@@ -81,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     n = header.num_samples
     if not 0 <= args.index < n:
         raise UserError(f"--index {args.index} out of range; {prefix} has {n} samples (0..{n - 1})")
-    data = IndexedDataset(prefix)
-    tokens = np.asarray(data.get(args.index), dtype=np.int64)
+    tokens = np.asarray(sample_reader(prefix, sidecar)(args.index), dtype=np.int64)
     P = layout.seq_length
     record = np.asarray(sidecar.records[args.index])
     positions = positions_from_record(record, P)

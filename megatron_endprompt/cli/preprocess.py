@@ -10,7 +10,7 @@ import json
 import sys
 
 from megatron_endprompt.errors import UserError, run_cli
-from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
+from megatron_endprompt.cli.build_sidecar import add_layout_arguments, layout_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,26 +29,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "GPTSentencePieceTokenizer, TikTokenizer, NullTokenizer")
     g.add_argument("--tokenizer-model", default=None, help="tokenizer file or HF directory")
     g.add_argument("--vocab-size", type=int, default=None, help="NullTokenizer vocabulary size")
-    g.add_argument("--workers", type=int, default=1, help="tokenizer processes")
+    g.add_argument("--workers", type=int, default=1,
+                   help="tokenizer processes (Rust threads for an HF fast tokenizer)")
     g.add_argument("--append-eod", action="store_true", help="append EOD to every document")
-    g = p.add_argument_group("EndPrompt layout")
-    g.add_argument("--seq-length", type=int, required=True, help="P: physical sample length")
-    g.add_argument("--target-length", type=int, required=True, help="L: target context window")
-    g.add_argument("--terminal-length", type=int, default=None,
-                   help="b: terminal tokens (continuation / document-tail)")
-    g.add_argument("--placement", choices=PLACEMENTS, default="fixed",
-                   help="fixed: terminal at L-b..L-1; random: start uniform in [a, L-b]")
-    g.add_argument("--terminal-source", choices=("continuation", "document-tail", "prompt"),
-                   default="continuation")
-    g.add_argument("--terminal-prompts", default=None,
-                   help="file with one prompt per line (default: built-in set)")
-    g.add_argument("--pose-chunks", type=int, default=1,
-                   help="ET(PoSE): split the context into N>=2 pieces with random skips")
-    g.add_argument("--terminal-loss-weight", type=float, default=1.0, help="w > 0")
-    g.add_argument("--context-loss-weight", type=float, default=1.0,
-                   help="1 keeps ordinary LM loss on the context; 0 trains terminals only")
-    g.add_argument("--seed", type=int, default=1234)
-    g.add_argument("--name", default=None, metavar="NAME",
+    g.add_argument("--partitions", type=int, default=1,
+                   help="cut the inputs into N line-aligned byte ranges, one process (machine) "
+                        "each; with --partition-index I writes PREFIX_partI_of_N.*; merge "
+                        "them with tools/merge_endprompt.py")
+    g.add_argument("--partition-index", type=int, default=None,
+                   help="which partition this process tokenizes (0..N-1)")
+    g.add_argument("--keep-newlines", action="store_true",
+                   help="accepted for Megatron parity; newlines are always kept (documents "
+                        "are never split into sentences)")
+    g.add_argument("--split-sentences", action="store_true",
+                   help="refused: sentence-level documents would break EndPrompt terminals")
+    g.add_argument("--log-interval", type=int, default=1000,
+                   help="documents between progress lines when stderr is not a terminal")
+    g.add_argument("--vocab-file", default=None, help="GPT2BPETokenizer vocab.json")
+    g.add_argument("--merge-file", default=None, help="GPT2BPETokenizer merges.txt")
+    add_layout_arguments(p)
+    p.add_argument("--name", default=None, metavar="NAME",
                    help="write the sidecar as PREFIX.NAME.endprompt (several layouts per corpus; "
                         "pretrain picks one with --endprompt-sidecar-name NAME)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -64,15 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_endprompt.data.preprocess import PreprocessOptions, format_summary, preprocess
     from megatron_endprompt.data.tokenizer import TokenizerSpec
 
+    if args.split_sentences:
+        raise UserError("--split-sentences is not supported: EndPrompt terminals anchor a "
+                        "document's context to its own continuation or tail, and sentence-level "
+                        "documents would cut every sample at a sentence; drop the flag")
+    if args.tokenizer_type == "GPT2BPETokenizer":
+        given = " with --vocab-file/--merge-file" if args.vocab_file or args.merge_file else ""
+        raise UserError(
+            f"--tokenizer-type GPT2BPETokenizer{given}: Megatron-Core builds it from the 'gpt2' "
+            "Hugging Face hub entry, which cannot be reached offline; save the tokenizer as a "
+            "local Hugging Face directory (tokenizer.json) and pass --tokenizer-type "
+            "HuggingFaceTokenizer --tokenizer-model DIR (same ids, faster)")
+    if args.partitions > 1 and args.partition_index is None:
+        raise UserError(f"--partitions {args.partitions} needs --partition-index I (0.."
+                        f"{args.partitions - 1}): run one process per partition, then "
+                        "tools/merge_endprompt.py")
     try:
-        layout = LayoutConfig(
-            seq_length=args.seq_length,
-            target_length=args.target_length,
-            placement=args.placement,
-            pose_chunks=args.pose_chunks,
-            terminal_loss_weight=args.terminal_loss_weight,
-            context_loss_weight=args.context_loss_weight,
-        )
+        layout = layout_from_args(args)
         opts = PreprocessOptions(
             inputs=args.input,
             output_prefix=args.output_prefix,
@@ -89,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             progress=not args.no_progress,
             name=args.name,
+            partitions=args.partitions,
+            partition_index=args.partition_index or 0,
+            log_interval=args.log_interval,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -99,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_summary(summary))
         from megatron_endprompt.data.sidecar import sidecar_path
 
-        print(f"wrote {args.output_prefix}.bin, .idx, {sidecar_path(args.output_prefix, args.name)}")
+        print(f"wrote {opts.prefix}.bin, .idx, {sidecar_path(opts.prefix, args.name)}")
     return 0
 
 

@@ -12,9 +12,11 @@ instead of guessing it from position jumps (a ``random`` placement may draw ``T 
 Per prefix:
 
 * with a sidecar (``PREFIX.endprompt``, or ``PREFIX.NAME.endprompt`` with
-  ``endprompt_sidecar_name``): one stored document is one sample of ``P + 1`` tokens; samples
-  are shuffled per epoch with Megatron's own document shuffle; positions and loss weights come
-  from the sample's layout record;
+  ``endprompt_sidecar_name``): sample ``i`` is either stored sequence ``i`` (``P + 1``
+  tokens) or, for a sidecar over the tokenized documents (``sources``, :mod:`.spans`), pieces
+  of the ``.bin`` composed at read time (only samples lying wholly inside the split's
+  sequences are used); samples are shuffled per epoch with Megatron's own document shuffle;
+  positions, loss weights and ``terminal_mask`` come from the sample's layout record;
 * listed in ``endprompt_replay_prefixes`` (short-context "replay" data): plain ``GPTDataset``
   behaviour — documents packed into ``P + 1`` windows, contiguous positions, weight 1. Any
   other prefix without the requested sidecar is refused.
@@ -47,6 +49,7 @@ from megatron.core.datasets.utils import Split
 
 from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
+from megatron_endprompt.data.spans import sample_extent, sequence_starts, span_reader
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
 from megatron_endprompt.window import EndPromptWindow
@@ -213,6 +216,9 @@ class EndPromptGPTDataset(GPTDataset):
             # positions/weights and hand out copies (other layouts are drawn per sample).
             self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] | None = (
                 {} if layout.placement == "fixed" and layout.pose_chunks == 1 else None)
+            # A sidecar over an existing corpus: samples are composed from spans of the .bin.
+            self._spans = None if self.sidecar.sources is None else span_reader(
+                self.dataset.path_prefix, self.sidecar, self.dataset.index.dtype)
 
     @staticmethod
     def build_low_level_dataset(dataset_path: str, config: EndPromptDatasetConfig):
@@ -263,19 +269,40 @@ class EndPromptGPTDataset(GPTDataset):
         if self.config.defer_npy_index_mmap or self.config.fast_cache_load:
             raise UserError(f"{self.dataset_path}: --dataloader-defer-npy-index-mmap and "
                             "--dataloader-fast-cache-load are not supported for EndPrompt prefixes")
-        if len(self.sidecar.records) != len(self.dataset.sequence_lengths):
+        if self.sidecar.sources is None and \
+                len(self.sidecar.records) != len(self.dataset.sequence_lengths):
             raise UserError(f"{self.sidecar.path}: {len(self.sidecar.records)} records but "
                             f"{self.dataset_path}.idx has {len(self.dataset.sequence_lengths)} "
                             "sequences; re-run tools/preprocess_endprompt.py")
         ensure_verified(self.sidecar, self.dataset.path_prefix, directory)
+        self._units = self.indices if self.sidecar.sources is None else \
+            self._samples_in_split()
         # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
-        self._rekey(endprompt_sidecar=self.sidecar.header.idx_sha256,
-                    endprompt_layout=self.sidecar.header.layout)
+        identifiers = {"endprompt_sidecar": self.sidecar.header.idx_sha256,
+                       "endprompt_layout": self.sidecar.header.layout}
+        if self.sidecar.sources is not None:  # many sidecars share one .idx
+            identifiers["endprompt_spans"] = [self.sidecar.header.records_crc32,
+                                              self.sidecar.header.sources["crc32"]]
+        self._rekey(**identifiers)
         sample_index = self._load_or_build_sample_index()
         return sample_index, None, None
 
+    def _samples_in_split(self) -> np.ndarray:
+        """Spans sidecar: the samples whose every token lies in this split's sequences
+        (Megatron splits a GPT corpus by sequence; a sample straddling two splits is used by
+        neither)."""
+        if len(self.indices) == 0:
+            return np.empty(0, dtype=np.int32)
+        starts = sequence_starts(self.dataset.index, self.dataset.path_prefix,
+                                 self.sidecar.header.bin_bytes)[:-1]
+        first, last = sample_extent(self.sidecar)
+        first_doc = np.searchsorted(starts, first, side="right") - 1
+        last_doc = np.searchsorted(starts, last - 1, side="right") - 1
+        lo, hi = int(np.min(self.indices)), int(np.max(self.indices))
+        return np.flatnonzero((first_doc >= lo) & (last_doc <= hi)).astype(np.int32)
+
     def _num_epochs_and_final_split(self) -> tuple[int, bool]:
-        n = len(self.indices)
+        n = len(self._units)
         if self.num_samples is None or n == 0:
             return 1, False
         epochs = max(1, -(-self.num_samples // n))
@@ -295,7 +322,7 @@ class EndPromptGPTDataset(GPTDataset):
             return np.load(path, mmap_mode="r", allow_pickle=False)
         t0 = time.time()
         epochs, separate = self._num_epochs_and_final_split()
-        index = build_document_index(self.indices, epochs, self.config.random_seed, separate)
+        index = build_document_index(self._units, epochs, self.config.random_seed, separate)
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             os.makedirs(cache, exist_ok=True)
             tmp = f"{path}.tmp-{os.getpid()}.npy"
@@ -329,7 +356,7 @@ class EndPromptGPTDataset(GPTDataset):
         # cost ~15 us each at P=8192, numpy's a few us; the results are the same.
         P = self.config.sequence_length
         doc = int(self.document_index[0 if idx is None else idx])
-        text = self.dataset.get(doc)
+        text = self.dataset.get(doc) if self._spans is None else self._spans.tokens(doc)
         record = self._records[doc]
         extra = self.config.add_extra_token_to_sequence
         pad = self._pad_token_id

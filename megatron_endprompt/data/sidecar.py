@@ -17,13 +17,17 @@ File format (little endian), version 2::
     header       hlen bytes, UTF-8 JSON (see SidecarHeader)
     padding      zeros, to a multiple of 8 bytes
     records      int32 [num_samples, record_width]
+    sources      int64 [sources.length] (only for a sidecar over an existing corpus, see
+                 :mod:`~megatron_endprompt.data.spans`; its length and CRC-32 are in the
+                 header, so the header checksum covers them)
 
 Two levels of checking (issue 15: a 1T-token corpus has a ~20 GB ``.idx``):
 
 * :func:`open_sidecar` — cheap, every rank, every start: header checksum, every header value
   validated (:mod:`~megatron_endprompt.data.sidecar_checks`), file sizes of the sidecar,
   ``.bin`` and ``.idx``; records memory-mapped, never copied.
-* :func:`verify_sidecar` — full: records CRC and layout consistency (read in chunks) and the
+* :func:`verify_sidecar` — full: records CRC and layout consistency (read in chunks), the
+  ``sources`` CRC and span bounds, and the
   ``.idx`` SHA-256. Runs at preprocessing and once per file identity (see
   :mod:`~megatron_endprompt.data.trust`), not on every rank.
 """
@@ -128,6 +132,12 @@ class SidecarHeader:
     stats: dict = field(default_factory=dict)
     """Preprocessing summary (documents read/skipped, tokens), for ``inspect``."""
 
+    sources: dict = field(default_factory=dict)
+    """Empty: stored sequence ``i`` of the ``.bin`` is sample ``i`` (``P + 1`` tokens). Else the
+    samples are pieces of the corpus's token stream, an int64 array of ``length`` values after
+    the records, interpreted by :mod:`.spans`: ``{"kind": "spans", "layout": "pieces" |
+    "windows", "length": n, "crc32": crc, "prompt_tokens": [[ids], ...], "eod": id}``."""
+
     def layout_config(self) -> LayoutConfig:
         """The ``LayoutConfig`` the records were drawn with."""
         return LayoutConfig(**self.layout)
@@ -142,7 +152,8 @@ def records_crc32(records: np.ndarray) -> int:
     return crc
 
 
-def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray) -> None:
+def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
+                  sources: np.ndarray | None = None) -> None:
     """Write a sidecar: the one writer every tool uses.
 
     ``header``: a :class:`SidecarHeader` with ``layout`` (``asdict(LayoutConfig)``),
@@ -150,8 +161,9 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray) -> None
     ``records`` = sequences in the ``.idx``), the data fingerprints (``**data_fingerprint(prefix)``:
     ``idx_sha256``, ``idx_bytes``, ``bin_bytes``) and ``tokenizer`` (``tokenizer_identity(...)``,
     or ``{}`` when the tokenizer is unknown). ``records``: int32 ``[num_samples, 2 * N]``
-    (an array or a memory map; written and checksummed in chunks). ``records_crc32`` and the
-    header checksum are filled here. Every value is validated before anything is written.
+    (an array or a memory map; written and checksummed in chunks). ``sources``: int64 1-D
+    for a sidecar over an existing corpus (``header.sources`` set; its ``length`` and
+    ``crc32`` are filled here). ``records_crc32`` and the header checksum are filled here. Every value is validated before anything is written.
     Not atomic: the caller writes to a temporary name and renames.
     """
     from megatron_endprompt.data.sidecar_checks import validate_header
@@ -160,6 +172,14 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray) -> None
         raise ValueError(f"records shape {records.shape} does not match num_samples "
                          f"{header.num_samples}")
     header.records_crc32 = records_crc32(records)
+    if sources is not None:
+        sources = np.ascontiguousarray(sources, dtype="<i8")
+        if sources.ndim != 1 or not header.sources:
+            raise ValueError("sources must be 1-D and need header.sources")
+        header.sources["length"] = len(sources)
+        header.sources["crc32"] = zlib.crc32(sources)
+    elif header.sources:
+        raise ValueError("header.sources is set but no sources array was given")
     validate_header(asdict(header), path)
     blob = json.dumps(asdict(header), sort_keys=True, allow_nan=False).encode("utf-8")
     head = bytearray(_FIXED.pack(MAGIC, VERSION, len(blob), 0) + blob)
@@ -170,6 +190,8 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray) -> None
         f.write(head)
         for start in range(0, len(records), rows):
             f.write(np.ascontiguousarray(records[start : start + rows], dtype="<i4").tobytes())
+        if sources is not None:
+            f.write(sources.tobytes())
 
 
 @dataclass(kw_only=True)
@@ -190,6 +212,10 @@ class Sidecar:
 
     records: np.ndarray
     """int32 ``[num_samples, 2 * pose_chunks]`` (read-only memory map)."""
+
+    sources: np.ndarray | None = None
+    """int64 1-D: pieces of an existing corpus (:mod:`.spans`; read-only memory map);
+    ``None``: sample ``i`` is stored sequence ``i``."""
 
     @property
     def layout(self) -> LayoutConfig:
@@ -239,14 +265,20 @@ def open_sidecar(path: str) -> Sidecar:
     header = SidecarHeader(**values)
     width = header.layout_config().record_width
     expected = offset + header.num_samples * width * 4
-    if size != expected:
+    n_sources = int(header.sources["length"]) if header.sources else 0
+    if size != expected + 8 * n_sources:
         raise UserError(
-            f"{path}: truncated or corrupt sidecar ({size} bytes, expected {expected}); {REBUILD}")
+            f"{path}: truncated or corrupt sidecar ({size} bytes, expected "
+            f"{expected + 8 * n_sources}); {REBUILD}")
     records = np.memmap(path, dtype="<i4", mode="r", offset=offset,
                         shape=(header.num_samples, width)) if header.num_samples else \
         np.empty((0, width), dtype="<i4")
+    sources = None
+    if header.sources:
+        sources = np.memmap(path, dtype="<i8", mode="r", offset=expected, shape=(n_sources,)) \
+            if n_sources else np.empty(0, dtype="<i8")
     return Sidecar(path=path, header=header, header_crc32=stored_crc, records_offset=offset,
-                   records=records)
+                   records=records, sources=sources)
 
 
 def verify_sidecar(sidecar: Sidecar, prefix: str | None = None) -> None:
@@ -270,8 +302,9 @@ def verify_sidecar(sidecar: Sidecar, prefix: str | None = None) -> None:
             if got != view.nbytes:
                 raise UserError(f"{sidecar.path}: truncated sidecar records; {REBUILD}")
             crc = zlib.crc32(view, crc)
-            if bad is None and (found := check_records(buf[:n], layout,
-                                                       header.terminal_length)) is not None:
+            if bad is None and (found := check_records(
+                    buf[:n], layout, header.terminal_length,
+                    header.terminal_source == "document-tail")) is not None:
                 bad = (done + found[0], found[1])
             done += n
     if crc != header.records_crc32:  # corruption first; a bad layout with a good CRC next
@@ -279,6 +312,10 @@ def verify_sidecar(sidecar: Sidecar, prefix: str | None = None) -> None:
     if bad is not None:
         raise UserError(f"{sidecar.path}: sample {bad[0]} has an impossible layout ({bad[1]}); "
                         f"{REBUILD}")
+    if sidecar.sources is not None:
+        from megatron_endprompt.data.spans import verify_sources
+
+        verify_sources(sidecar, REBUILD)
     if prefix is not None:
         check_belongs_to(sidecar, prefix, full=True)
 

@@ -105,15 +105,18 @@ def validate_header(values: dict, path: str) -> None:
         raise bad("seed", values.get("seed"), "an integer >= 0")
     if not _is_hex(values.get("idx_sha256")):
         raise bad("idx_sha256", values.get("idx_sha256"), "64 lowercase hex digits")
+    spans = bool(values.get("sources"))
+    seqs = 1 if spans else n  # spans: samples are pieces of >= 1 sequence
     idx_bytes = values.get("idx_bytes")
-    if not _int_in(idx_bytes, _IDX_HEADER + 12 * n, 2**62):
-        raise bad("idx_bytes", idx_bytes, f"a Megatron .idx of {n} sequences has at least "
-                  f"{_IDX_HEADER + 12 * n} bytes")
+    if not _int_in(idx_bytes, _IDX_HEADER + 12 * seqs, 2**62):
+        raise bad("idx_bytes", idx_bytes, f"a Megatron .idx of {seqs} sequences has at least "
+                  f"{_IDX_HEADER + 12 * seqs} bytes")
     if not _int_in(values.get("bin_bytes"), n, 2**62):
         raise bad("bin_bytes", values.get("bin_bytes"), f"at least one byte per sample ({n})")
     if not _int_in(values.get("records_crc32"), 0, 2**32 - 1):
         raise bad("records_crc32", values.get("records_crc32"), "a CRC-32")
     _validate_tokenizer(values.get("tokenizer", {}), bad)
+    _validate_sources(values.get("sources", {}), source, len(prompts), bad)
     if not isinstance(values.get("stats", {}), dict):
         raise bad("stats", values.get("stats"), "a JSON object")
 
@@ -137,12 +140,46 @@ def _validate_tokenizer(tok, bad) -> None:
             raise bad(f"tokenizer.{key}", tok[key], "a string")
 
 
-def check_records(records: np.ndarray, layout: LayoutConfig,
-                  terminal_length: int | None) -> tuple[int, str] | None:
+def _validate_sources(src, terminal_source: str, n_prompts: int, bad) -> None:
+    """``sources`` of a sidecar over an existing corpus (see :mod:`.spans`)."""
+    if not isinstance(src, dict):
+        raise bad("sources", src, "a JSON object")
+    if not src:
+        return  # samples stored one per sequence
+    known = {"kind", "layout", "length", "crc32", "prompt_tokens", "eod"}
+    for key in src:
+        if key not in known:
+            raise bad(f"sources.{key}", src[key], "unknown field")
+    if src.get("kind") != "spans":
+        raise bad("sources.kind", src.get("kind"), "'spans'")
+    if src.get("layout", "pieces") not in ("pieces", "windows"):
+        raise bad("sources.layout", src.get("layout"), "'pieces' or 'windows'")
+    if not _int_in(src.get("length"), 0, 2**56):
+        raise bad("sources.length", src.get("length"), "an integer >= 0")
+    if not _int_in(src.get("crc32"), 0, 2**32 - 1):
+        raise bad("sources.crc32", src.get("crc32"), "a CRC-32")
+    eod = src.get("eod")
+    if eod is not None and not _int_in(eod, 0, _INT32):
+        raise bad("sources.eod", eod, "a token id >= 0")
+    tokens = src.get("prompt_tokens", [])
+    if not isinstance(tokens, list) or not all(
+            isinstance(t, list) and t and all(_int_in(i, 0, _INT32) for i in t) for t in tokens):
+        raise bad("sources.prompt_tokens", tokens, "lists of token ids, one per prompt")
+    if terminal_source == "prompt":
+        if len(tokens) != n_prompts:
+            raise bad("sources.prompt_tokens", len(tokens), f"one per prompt ({n_prompts})")
+        if eod is None:
+            raise bad("sources.eod", eod, "prompt terminals end with the EOD id")
+
+
+def check_records(records: np.ndarray, layout: LayoutConfig, terminal_length: int | None,
+                  contiguous_ok: bool = False) -> tuple[int, str] | None:
     """First impossible record of a chunk ``[n, 2N]`` as ``(row, reason)``; ``None`` if all
     are layouts ``make_record`` can draw: ``1 <= a < P``, ``a = P - b`` for a fixed ``b``,
-    ``a <= T <= L - b`` (``T = L - b`` for fixed placement, or ``T = a``: contiguous positions), PoSE cuts increasing inside the
-    context and skips non-decreasing within the budget ``T - a``."""
+    ``a <= T <= L - b`` (``T = L - b`` for fixed placement), PoSE cuts increasing inside the
+    context and skips non-decreasing within the budget ``T - a``. ``contiguous_ok``
+    (``document-tail``): a record with contiguous positions (``T = a``, no skip; samples packed
+    from documents shorter than one sample) is valid under fixed placement too."""
     if len(records) == 0:
         return None
     P, L, N = layout.seq_length, layout.target_length, layout.pose_chunks
@@ -154,8 +191,10 @@ def check_records(records: np.ndarray, layout: LayoutConfig,
         checks.append((a == P - terminal_length, f"a != P - b = {P - terminal_length}"))
     checks.append(((T >= a) & (T + b <= L), "terminal start T outside [a, L-b]"))
     if layout.placement == "fixed":
-        # T == a: the contiguous fallback of a document-tail sample with no long document
-        checks.append(((T == L - b) | (T == a), "fixed placement needs T = L - b (or T = a)"))
+        fixed_ok = T == L - b
+        if contiguous_ok:
+            fixed_ok |= (T == a) & np.all(records[:, N + 1 :] == records[:, 2 : N + 1], axis=1)
+        checks.append((fixed_ok, "fixed placement needs T = L - b"))
     if N > 1:
         cuts = records[:, 2 : N + 1].astype(np.int64)
         skips = records[:, N + 1 :].astype(np.int64) - cuts

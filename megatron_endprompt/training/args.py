@@ -14,6 +14,7 @@ import argparse
 import os
 from typing import Any
 
+from megatron_endprompt.errors import UserError
 from megatron_endprompt.window import EndPromptWindow
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.training.long_eval import add_long_eval_args

@@ -277,8 +277,8 @@ def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool,
                                                  good_output, tmp_path, monkeypatch):
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    import megatron_endprompt.data.preprocess as pp
-    from megatron_endprompt.data.samples import SampleMaker
+    import megatron_endprompt.data.build_sidecar as pp
+    import megatron_endprompt.data.encode as encode
 
     workers = 1
     if where == "finalize":
@@ -287,16 +287,16 @@ def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool,
         monkeypatch.setattr(pp, "write_sidecar", _interrupt)
     else:  # Ctrl-C while the worker pool is streaming
         calls = {"n": 0}
-        original = SampleMaker.add_document
+        original = IndexedDatasetBuilder.add_document
 
-        def add_document(self, tokens):
+        def add_document(self, tokens, lengths):
             calls["n"] += 1
             if calls["n"] == 10:
                 raise KeyboardInterrupt
-            return original(self, tokens)
+            return original(self, tokens, lengths)
 
-        monkeypatch.setattr(SampleMaker, "add_document", add_document)
-        monkeypatch.setattr(pp, "_BATCH_LINES", 2)
+        monkeypatch.setattr(IndexedDatasetBuilder, "add_document", add_document)
+        monkeypatch.setattr(encode, "_BATCH_LINES", 2)
         workers = 2
     if over_existing:
         prefix = _copy_good(good_output, tmp_path)

@@ -15,6 +15,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatase
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.spans import sample_reader
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig, positions_from_record
@@ -78,12 +79,12 @@ def test_sample_matches_stored_data_and_sidecar(tok, data, tmp_path):
     train, valid, test = _build(_config(tok, ([data["ep"]], [1.0]), tmp_path / "cache"))
     inner = _endprompt_parts(train)[0]
     assert isinstance(inner, EndPromptGPTDataset) and inner.sidecar is not None
-    stored = IndexedDataset(data["ep"])
     sc = read_sidecar(sidecar_path(data["ep"]))
+    stored = sample_reader(data["ep"], sc)
     for i in range(0, len(inner), 17):
         s = inner[i]
         doc = int(inner.document_index[i])
-        text = stored.get(doc).astype(np.int64)
+        text = stored(doc).astype(np.int64)
         assert set(s) == {"tokens", "labels", "loss_mask", "position_ids", "terminal_mask"}
         assert s["tokens"].dtype == torch.int64 and s["labels"].dtype == torch.int64
         assert s["loss_mask"].dtype == torch.float32 and s["position_ids"].dtype == torch.int64
@@ -141,8 +142,10 @@ def test_split_is_disjoint_and_covers(tok, data, tmp_path):
     assert not (docs[0] & docs[1]) and not (docs[0] & docs[2]) and not (docs[1] & docs[2])
     n = len(IndexedDataset(data["ep"]).sequence_lengths)
     assert sum(map(len, docs)) == n
-    used = set(np.asarray(_endprompt_parts(splits[1])[0].document_index).tolist())
-    assert used <= docs[1]
+    # samples (spans of the tokenized documents) are drawn inside their split only
+    samples = [set(np.asarray(_endprompt_parts(s)[0].document_index).tolist()) for s in splits]
+    assert not (samples[0] & samples[1]) and not (samples[1] & samples[2])
+    assert samples[1] and samples[1] <= set(_endprompt_parts(splits[1])[0]._units.tolist())
 
 
 def test_deterministic_under_seed_and_epochs(tok, data, tmp_path):

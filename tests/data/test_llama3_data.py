@@ -31,11 +31,12 @@ def _prompt_prefix(run_tool, llama3_args, prefix, *extra):
         prefix, "--terminal-source", "prompt", "--terminal-loss-weight", 0.5, *extra,
         "--summary-json"))
     assert rc == 0, err
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron_endprompt.data.spans import sample_reader
 
-    data = IndexedDataset(str(prefix))
-    samples = [np.asarray(data[i], dtype=np.int64) for i in range(len(data))]
-    return samples, read_sidecar(sidecar_path(str(prefix))), json.loads(out[out.index("{"):])
+    sc = read_sidecar(sidecar_path(str(prefix)))
+    tokens = sample_reader(str(prefix), sc)
+    samples = [np.asarray(tokens(i), dtype=np.int64) for i in range(sc.header.num_samples)]
+    return samples, sc, json.loads(out[out.index("{"):])
 
 
 def test_fixture_is_llama3_like(llama3_tokenizer_dir, llama3_tokenizer):

@@ -17,6 +17,7 @@ from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, tokenize_prompts
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.spans import sample_reader
 from megatron_endprompt.layout import (
     describe_runs,
     loss_weights_from_record,
@@ -43,9 +44,10 @@ def _doc_tokens(tok, texts) -> list[np.ndarray]:
 
 def _read(prefix):
     """(samples as int64 arrays, verified sidecar)."""
-    data = IndexedDataset(prefix)
-    samples = [np.asarray(data[i], dtype=np.int64) for i in range(len(data))]
-    return samples, read_sidecar(sidecar_path(prefix), prefix=prefix)
+    sc = read_sidecar(sidecar_path(prefix), prefix=prefix)
+    tokens = sample_reader(prefix, sc)
+    samples = [np.asarray(tokens(i), dtype=np.int64) for i in range(sc.header.num_samples)]
+    return samples, sc
 
 
 def _files(prefix) -> dict[str, bytes]:
@@ -66,14 +68,17 @@ def _check_common(prefix, summary, *, n_lines, placement, pose_chunks):
     n = len(samples)
     assert n > 0
     assert all(len(s) == P + 1 for s in samples)
-    assert IndexedDataset(prefix).sequence_lengths.tolist() == [P + 1] * n
+    # the .bin holds the tokenized documents, one sequence each (as Megatron-LM writes them)
+    data = IndexedDataset(prefix)
+    assert int(data.sequence_lengths.sum()) == summary["tokens_in"]
+    assert len(data.sequence_lengths) == summary["documents_used"]
     assert sc.header.num_samples == n == summary["samples_written"]
     assert sc.records.shape == (n, 2 * pose_chunks)
     # summary counts are consistent
     assert summary["documents_read"] == n_lines
     assert summary["documents_read"] == (summary["documents_used"]
                                          + sum(summary["documents_skipped"].values()))
-    assert summary["tokens_written"] == n * (P + 1)
+    assert summary["tokens_in_samples"] == n * (P + 1)
     assert os.path.getsize(prefix + ".bin") == sc.header.bin_bytes
     stored = dict(sc.header.stats)
     assert {k: v for k, v in summary.items() if k != "seconds"} == stored
@@ -250,7 +255,7 @@ def test_prompt_user_file(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_pat
 
 # -- determinism ---------------------------------------------------------------------------
 def test_workers_output_byte_identical(run_tool, spm_args, tmp_path, monkeypatch):
-    import megatron_endprompt.data.preprocess as pp
+    import megatron_endprompt.data.encode as pp
 
     monkeypatch.setattr(pp, "_BATCH_LINES", 3)  # many batches, so both workers get work
     flags = ("--terminal-source", "prompt", "--placement", "random", "--pose-chunks", 2)

@@ -38,9 +38,8 @@ def _truncate(path, keep=0.5):
 
 
 def _sidecar_header_edit(prefix, **layout):
-    """Rewrite the sidecar header's layout values with a *valid* header checksum (format v2:
-    magic, version, hlen, header CRC-32 over the padded header with that field zeroed, JSON),
-    so what is tested is the value validation, not the checksum."""
+    """Rewrite the sidecar header's layout values with a valid header checksum (format v2:
+    magic, version, hlen, header CRC-32, JSON), so only the value check can refuse it."""
     import zlib
 
     path = prefix + ".endprompt"

@@ -1,0 +1,270 @@
+"""An EndPrompt sidecar for an existing Megatron corpus, without touching its ``.bin/.idx``.
+
+Why: re-tokenizing a corpus for every layout (L = 32K/64K/128K, fixed or random, several
+``b``) costs hours; the layout needs only token *positions*. The documents come from the
+``.idx`` (Megatron's document boundaries), the sample cutting is exactly
+:class:`~megatron_endprompt.data.samples.SampleMaker`'s (continuation / document-tail /
+prompt), and each sample is stored as a span row (see :mod:`.spans`) next to its layout record.
+
+How the cutting is reused without copying tokens: the maker is fed, per document, the *stream
+offsets* of its tokens (``arange(start, end)``) instead of the tokens, and prompts as negative
+markers; the "sample" it emits is then the list of offsets it would have copied, from which the
+span row is read off. Same code, same per-sample draws ``sample_rng(seed, i)``, same ``document-tail`` semantics
+(context and tail of one document; documents shorter than one sample packed into windows with
+contiguous positions, counted).
+
+Writing: standalone, the sidecar goes to a temporary name and is renamed into place under the
+prefix lock (:func:`~megatron_endprompt.data.atomic_output.prefix_lock`), so it never meets a
+concurrent preprocessing of the same prefix and a crash leaves the previous sidecar; inside
+preprocessing it is one of :class:`~megatron_endprompt.data.atomic_output.PrefixWriter`'s
+temporaries. The tokenizer identity is recorded when a tokenizer is given, else none (the
+trainer then warns that it cannot check it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
+from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
+from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, file_fingerprint,
+                                             sidecar_path, write_sidecar)
+from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
+from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.layout import LayoutConfig
+
+named_sidecar_path = sidecar_path  # the corpus tools' older name
+
+
+def partition_seed(seed: int, index: int, count: int) -> int:
+    """Seed of partition ``index`` of ``count``: draws depend on ``(seed, partition, sample)``,
+    so shards never repeat each other's layouts; one partition keeps ``seed`` itself."""
+    if count == 1:
+        return seed
+    state = np.random.SeedSequence([seed, index, count]).generate_state(2, np.uint32)
+    return (int(state[0]) & 0x7FFFFFFF) << 32 | int(state[1])  # a valid header seed (< 2**63)
+
+
+@dataclass(kw_only=True)
+class SidecarOptions:
+    """Everything ``tools/build_endprompt_sidecar.py`` accepts (flag names in comments)."""
+
+    data_prefix: str
+    """``--data-prefix``: an existing ``PREFIX.bin/.idx``."""
+    layout: LayoutConfig
+    """``--seq-length``, ``--target-length``, ``--placement``, ``--pose-chunks``, weights."""
+    terminal_source: str = "continuation"
+    """``--terminal-source``: continuation | document-tail | prompt."""
+    terminal_length: int | None = None
+    """``--terminal-length``: ``b`` (continuation / document-tail)."""
+    terminal_prompts: str | None = None
+    """``--terminal-prompts``: one prompt per line (default: the built-in set)."""
+    tokenizer: TokenizerSpec | None = None
+    """``--tokenizer-type/--tokenizer-model``: needed for prompts (tokens, EOD); recorded."""
+    seed: int = 1234
+    """``--seed``."""
+    name: str | None = None
+    """``--name``: writes ``PREFIX.NAME.endprompt``."""
+    partition: tuple[int, int] = (0, 1)
+    """``(index, count)`` of a sharded run: the draws use :func:`partition_seed`."""
+    progress: bool = True
+    """tqdm bar over documents."""
+
+    def __post_init__(self) -> None:
+        if self.terminal_source not in TERMINAL_SOURCES:
+            raise ValueError(f"--terminal-source must be one of {', '.join(TERMINAL_SOURCES)}")
+        if self.terminal_source == "prompt":
+            if self.tokenizer is None:
+                raise ValueError("--terminal-source prompt needs --tokenizer-type (and "
+                                 "--tokenizer-model) to tokenize the prompts")
+            self.terminal_length = None
+        else:
+            if self.terminal_length is None:
+                raise ValueError(f"--terminal-source {self.terminal_source} needs --terminal-length")
+            self.layout.check_terminal_length(self.terminal_length)
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"--seed {self.seed} must be in [0, 2**63)")
+        check_sidecar_name(self.name)
+
+
+class _Rows:
+    """Growable int rows (amortised doubling; no per-sample Python objects kept)."""
+
+    def __init__(self, width: int, dtype) -> None:
+        self.data = np.empty((1024, width), dtype=dtype)
+        self.n = 0
+
+    def append(self, row) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.empty_like(self.data)])
+        self.data[self.n] = row
+        self.n += 1
+
+    def array(self) -> np.ndarray:
+        return self.data[: self.n]
+
+
+def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
+                  idx_path: str | None = None, out_path: str | None = None,
+                  tokenizer=None, extra_stats: dict | None = None) -> dict:
+    """Write the sidecar of ``opts.data_prefix`` atomically; returns the summary.
+
+    ``bin_path/idx_path/out_path`` override the file names (preprocessing builds the sidecar of
+    its temporary files under its own prefix lock); ``tokenizer`` skips rebuilding an already
+    built one. Standalone (no ``out_path``), the whole build holds ``PREFIX.lock``."""
+    if out_path is not None:
+        return _build(opts, bin_path, idx_path, out_path, tokenizer, extra_stats)
+    from megatron_endprompt.data.atomic_output import (check_output_prefix,
+                                                       finish_interrupted_commit, prefix_lock)
+
+    check_output_prefix(opts.data_prefix, flag="--data-prefix")
+    with prefix_lock(opts.data_prefix, flag="--data-prefix"):
+        finish_interrupted_commit(opts.data_prefix)
+        return _build(opts, bin_path, idx_path, None, tokenizer, extra_stats)
+
+
+def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_stats) -> dict:
+    from megatron.core.datasets.indexed_dataset import _IndexReader
+    from tqdm import tqdm
+
+    prefix = opts.data_prefix
+    bin_path = bin_path or prefix + ".bin"
+    idx_path = idx_path or prefix + ".idx"
+    for path in (bin_path, idx_path):
+        if not os.path.isfile(path):
+            raise UserError(f"--data-prefix {prefix}: {path} not found; give the prefix of an "
+                            "existing Megatron .bin/.idx pair (without the suffix)")
+    try:
+        index = _IndexReader(idx_path, multimodal=False)
+    except Exception as exc:  # a truncated or foreign file fails deep inside numpy
+        raise UserError(f"{idx_path}: not a readable Megatron .idx ({str(exc)[:120]}); "
+                        "rebuild it with preprocess_data.py") from None
+    bin_bytes = os.path.getsize(bin_path)
+    starts, ends = token_stream_bounds(index, prefix, bin_bytes)
+    vocab_limit = np.iinfo(index.dtype).max + 1 if np.issubdtype(index.dtype, np.integer) else None
+
+    if tokenizer is None and opts.tokenizer is not None:
+        tokenizer = build_tokenizer(opts.tokenizer)
+    prompt_texts = load_prompts(opts.terminal_prompts) if opts.terminal_source == "prompt" else []
+    prompt_tokens = tokenize_prompts(prompt_texts, tokenizer) if prompt_texts else []
+    for text, ids in zip(prompt_texts, prompt_tokens):
+        if vocab_limit is not None and int(ids.max()) >= vocab_limit:
+            raise UserError(f"--terminal-prompts: prompt {text!r} has token id {int(ids.max())}, "
+                            f"beyond the {np.dtype(index.dtype).name} .bin of {prefix}; use the "
+                            "corpus's own tokenizer")
+    seed = partition_seed(opts.seed, *opts.partition)
+    markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
+    try:
+        maker = SampleMaker(opts.layout, terminal_source=opts.terminal_source,
+                            terminal_length=opts.terminal_length, prompts=markers or None,
+                            eod=EOD_PIECE, seed=seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+    P = opts.layout.seq_length
+    records = _Rows(opts.layout.record_width, np.int32)
+    ptr = _Rows(1, np.int64)
+    ptr.append(0)
+    pieces = _Rows(2, np.int64)
+    bar = tqdm(total=len(starts), unit="docs", disable=None if opts.progress else True)
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        for offsets, record in maker.add_document(np.arange(start, end, dtype=np.int64)):
+            for piece in pieces_of(offsets):
+                pieces.append(piece)
+            records.append(record)
+            ptr.append(pieces.n)
+        bar.update(1)
+    bar.close()
+    maker.finish()
+    stats = maker.stats
+    if stats.samples == 0:
+        raise UserError(f"--data-prefix {prefix}: no sample could be built ({stats.docs} "
+                        f"documents, {stats.tokens_in} tokens; one sample needs {P + 1}); "
+                        "add data or lower --seq-length")
+    summary = {
+        **(extra_stats or {}),
+        "documents_used": stats.docs,
+        "documents_shorter_than_sample": stats.docs_shorter_than_sample,
+        "short_documents_handling": "packed with neighbouring documents" + (
+            " (contiguous positions)" if opts.terminal_source == "document-tail" else ""),
+        "samples_written": stats.samples,
+        "tokens_in": stats.tokens_in,
+        "tokens_in_samples": stats.samples * (P + 1),
+        "tokens_unused_middle": stats.tokens_unused_middle,
+        "samples_contiguous_positions": stats.samples_contiguous,
+        "tokens_left_over_at_end": stats.tokens_left_over,
+        "prompt_counts": dict(zip(prompt_texts, stats.prompt_counts)),
+        "prompt_ids": {p: ids.tolist() for p, ids in zip(prompt_texts, prompt_tokens)},
+    }
+    if opts.partition[1] > 1:
+        summary["partition"] = list(opts.partition)
+        summary["base_seed"] = opts.seed
+    tok_info = {}
+    if tokenizer is not None:  # else none recorded: training warns it cannot check it
+        spec = opts.tokenizer
+        tok_info = tokenizer_identity(
+            tokenizer, tokenizer_type=spec.tokenizer_type if spec else None,
+            tokenizer_model=(_abs_model(spec).get("tokenizer_model", spec.tokenizer_model)
+                             if spec else None))
+    packed, layout = pack_sources(ptr.array()[:, 0], pieces.array(), P)
+    header = SidecarHeader(
+        layout=asdict(opts.layout),
+        terminal_source=opts.terminal_source,
+        terminal_length=opts.terminal_length,
+        prompts=prompt_texts,
+        seed=seed,
+        num_samples=stats.samples,
+        idx_sha256=file_fingerprint(idx_path),
+        idx_bytes=os.path.getsize(idx_path),
+        bin_bytes=bin_bytes,
+        tokenizer=tok_info,
+        stats=summary,
+        sources={"kind": "spans", "layout": layout, "length": 0, "crc32": 0,
+                 "prompt_tokens": [p.tolist() for p in prompt_tokens],
+                 "eod": None if tokenizer is None else int(tokenizer.eod)},
+    )
+    if out_path is not None:  # a temporary of the caller's PrefixWriter
+        write_sidecar(out_path, header, records.array(), packed)
+        return summary
+    write_sidecar_atomic(sidecar_path(prefix, opts.name), header, records.array(), packed)
+    return summary
+
+
+def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> None:
+    """Temporary + ``fsync`` + rename (+ directory ``fsync``): ``out`` is the old or the new
+    sidecar at every instant; the caller holds the prefix lock."""
+    import glob
+    import re
+
+    from megatron_endprompt.data.atomic_output import _fsync_dir, pid_alive
+
+    for stale in glob.glob(glob.escape(out) + ".tmp-*"):  # left by a killed build
+        m = re.search(r"\.tmp-(\d+)$", stale)
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(stale)
+    tmp = f"{out}.tmp-{os.getpid()}"
+    try:
+        write_sidecar(tmp, header, records, sources)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+        _fsync_dir(os.path.dirname(os.path.abspath(out)))
+    except OSError as exc:
+        raise UserError(f"{out}: cannot write the sidecar ({exc.strerror}); make its directory "
+                        "writable and check free space") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _abs_model(spec: TokenizerSpec) -> dict:
+    """Record an existing tokenizer path as absolute, so ``inspect`` finds it from anywhere."""
+    path = spec.tokenizer_model
+    return {"tokenizer_model": os.path.abspath(path)} if path and os.path.exists(path) else {}
