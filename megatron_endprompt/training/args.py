@@ -15,9 +15,8 @@ import os
 from typing import Any
 
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.window import EndPromptWindow
-from megatron_endprompt.errors import UserError
 from megatron_endprompt.training.long_eval import add_long_eval_args
+from megatron_endprompt.window import EndPromptWindow
 
 
 def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
