@@ -31,7 +31,7 @@ def test_make_demo_runs_end_to_end(tmp_path):
                           env=env, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert "wrote " in out and "samples written" in out
+    assert "wrote " in out and re.search(r"^samples: [0-9,]+  tokens in samples", out, re.M)
     assert "datasets via BlendedMegatronDatasetBuilder" in out
     m = re.search(r"training loss: iteration 1 ([0-9.]+) -> iteration (\d+) ([0-9.]+) \(falls\)", out)
     assert m, out[-3000:]
