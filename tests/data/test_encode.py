@@ -3,8 +3,6 @@ HuggingFaceTokenizer, long documents chunked with bounded memory, Megatron flag 
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 

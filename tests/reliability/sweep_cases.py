@@ -13,10 +13,8 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 from sweep import HERE, Case, classify, snapshot
 from sweep_fixtures import SUFFIXES, null_argv, preprocess_argv
