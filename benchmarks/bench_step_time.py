@@ -76,7 +76,6 @@ Writes ``--out`` (JSON, default ``benchmarks/out/step_time.json``) and prints a 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import statistics
@@ -92,30 +91,25 @@ from step_time_measure import (  # noqa: E402
     activation_bytes, cuda_peak_bytes, interleaved, op_profile, paired, param_grad_bytes,
     rope_path_costs, summarize, train_flops, write_json,
 )
-from step_time_models import build_models, init_parallel, make_batch, te_available  # noqa: E402
+from step_time_models import (  # noqa: E402
+    add_model_args,
+    build_models,
+    make_batch,
+    resolve_model_args,
+    setup_process,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="auto: cuda when torch.cuda.is_available() and TE imports, else cpu")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=None, help="default hidden/64")
-    p.add_argument("--groups", type=int, default=None, help="query groups, default heads/4 (>=1)")
-    p.add_argument("--ffn", type=int, default=None, help="default 8/3*hidden rounded up to 256")
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--tie-embeddings", action="store_true", help="share input/output embedding")
-    p.add_argument("--seq-length", type=int, default=512, help="physical length P")
-    p.add_argument("--ratio", type=int, default=8, help="L = ratio * P")
+    add_model_args(p, hidden=256, layers=4, vocab=8192, seq_length=512, ratio=8)
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--long-micro-batch", type=int, default=None,
                    help="micro-batch of part 2 (P vs L), both sides; default --micro-batch")
     p.add_argument("--iters", type=int, default=30, help="interleaved rounds at P (part 1)")
     p.add_argument("--iters-long", type=int, default=3, help="interleaved rounds P vs L (part 2)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="for MFU (H200 bf16 dense)")
     p.add_argument("--no-aa-control", dest="aa_control", action="store_false",
                    help="skip the A/A control (a second stock instance timed like the others)")
@@ -123,34 +117,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--recompute", action="store_true",
                    help="full activation recompute of every layer (both P and L), so a ~1B "
                         "model's full-length step at L=65536 fits one GPU")
-    p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", default=os.path.join(HERE, "out", "step_time.json"))
     args = p.parse_args(argv)
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() and te_available() else "cpu"
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda but torch.cuda.is_available() is False")
+    resolve_model_args(p, args)
     if args.recompute and args.device != "cuda":
         p.error("--recompute needs CUDA (Megatron's checkpointing saves CUDA RNG states)")
-    if args.device == "cuda" and not te_available():
-        p.error("--device cuda needs Transformer Engine (the TE layer spec)")
-    args.heads = args.heads or max(1, args.hidden // 64)
-    args.groups = args.groups or max(1, args.heads // 4)
-    args.ffn = args.ffn or -(-(8 * args.hidden // 3) // 256) * 256
     args.long_micro_batch = args.long_micro_batch or args.micro_batch
     return args
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with contextlib.suppress(RuntimeError):
-        torch.set_num_interop_threads(1)
-    init_parallel(args.device, args.seed)
+    setup_process(args)
     stock, ours = build_models(args)
     dev = args.device
     P, L, B, BL = args.seq_length, args.ratio * args.seq_length, args.micro_batch, args.long_micro_batch

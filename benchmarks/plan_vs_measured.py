@@ -26,7 +26,6 @@ for EndPrompt at ``P`` (shared layout, ``--micro-batch``) and full-length at ``L
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import sys
@@ -37,37 +36,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from step_time_measure import activation_bytes, step, write_json  # noqa: E402
-from step_time_models import build_models, init_parallel, make_batch, te_available  # noqa: E402
+from step_time_models import (  # noqa: E402
+    add_model_args,
+    build_models,
+    make_batch,
+    resolve_model_args,
+    setup_process,
+)
 
 GIB = 2 ** 30
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=None, help="default hidden/64")
-    p.add_argument("--groups", type=int, default=None, help="default heads/4 (>=1)")
-    p.add_argument("--ffn", type=int, default=None, help="default 8/3*hidden rounded up to 256")
-    p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--tie-embeddings", action="store_true")
-    p.add_argument("--seq-length", type=int, default=128, help="physical length P")
-    p.add_argument("--ratio", type=int, default=4, help="L = ratio * P")
+    add_model_args(p, hidden=128, layers=2, vocab=1024, seq_length=128, ratio=4)
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--long-micro-batch", type=int, default=1)
     p.add_argument("--skip-long", action="store_true", help="measure P only")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
-    p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", default=os.path.join(HERE, "out", "plan_vs_measured.json"))
     args = p.parse_args(argv)
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() and te_available() else "cpu"
-    if args.device == "cuda" and not (torch.cuda.is_available() and te_available()):
-        p.error("--device cuda needs a CUDA GPU and Transformer Engine")
-    args.heads = args.heads or max(1, args.hidden // 64)
-    args.groups = args.groups or max(1, args.heads // 4)
-    args.ffn = args.ffn or -(-(8 * args.hidden // 3) // 256) * 256
+    resolve_model_args(p, args)
     return args
 
 
@@ -107,14 +95,7 @@ def measure(model: torch.nn.Module, batch: dict, device: str) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with contextlib.suppress(RuntimeError):
-        torch.set_num_interop_threads(1)
-    init_parallel(args.device, args.seed)
+    setup_process(args)
     stock, ours = build_models(args)
     del stock  # one model on the device: its peak is what a single rank of training holds
     gc.collect()

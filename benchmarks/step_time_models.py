@@ -22,6 +22,49 @@ def te_available() -> bool:
     return True
 
 
+def add_model_args(p: argparse.ArgumentParser, *, hidden: int, layers: int, vocab: int,
+                   seq_length: int, ratio: int) -> None:
+    """The model-shape flags both step-time benchmarks take (defaults differ per benchmark)."""
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: cuda when torch.cuda.is_available() and TE imports, else cpu")
+    p.add_argument("--hidden", type=int, default=hidden)
+    p.add_argument("--layers", type=int, default=layers)
+    p.add_argument("--heads", type=int, default=None, help="default hidden/64")
+    p.add_argument("--groups", type=int, default=None, help="query groups, default heads/4 (>=1)")
+    p.add_argument("--ffn", type=int, default=None, help="default 8/3*hidden rounded up to 256")
+    p.add_argument("--vocab", type=int, default=vocab)
+    p.add_argument("--tie-embeddings", action="store_true", help="share input/output embedding")
+    p.add_argument("--seq-length", type=int, default=seq_length, help="physical length P")
+    p.add_argument("--ratio", type=int, default=ratio, help="L = ratio * P")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
+    p.add_argument("--seed", type=int, default=1234)
+
+
+def resolve_model_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fill the derived shape defaults and resolve ``--device auto``; ``p.error`` for a CUDA
+    request the machine cannot serve (no GPU or no Transformer Engine)."""
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() and te_available() else "cpu"
+    if args.device == "cuda" and not (torch.cuda.is_available() and te_available()):
+        p.error("--device cuda needs a CUDA GPU and Transformer Engine (the TE layer spec)")
+    args.heads = args.heads or max(1, args.hidden // 64)
+    args.groups = args.groups or max(1, args.heads // 4)
+    args.ffn = args.ffn or -(-(8 * args.hidden // 3) // 256) * 256
+
+
+def setup_process(args: argparse.Namespace) -> None:
+    """Quiet Megatron's import noise, set torch's thread counts, and start the single-rank
+    process group both benchmarks measure in."""
+    from megatron_endprompt.compat import quiet_megatron_import_noise
+
+    quiet_megatron_import_noise()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+    init_parallel(args.device, args.seed)
+
+
 def init_parallel(device: str, seed: int) -> None:
     """torch.distributed world size 1 + Megatron model parallel TP=PP=CP=1."""
     from megatron.core import parallel_state, tensor_parallel
