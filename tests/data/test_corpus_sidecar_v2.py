@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import zlib
 
 import numpy as np
 import pytest
+from sidecar_edit import rewrite_header
 from test_build_sidecar import VOCAB, write_corpus
 
 from megatron_endprompt.cli import build_sidecar as cli
@@ -42,21 +42,6 @@ def _build(run_tool, prefix, name, *extra):
                                        "--no-progress", "--name", name, "--summary-json", *extra])
     assert rc == 0, err
     return f"{prefix}.{name}.endprompt", json.loads(out[out.index("{"):])
-
-
-def _rewrite_header(path, edit):
-    """Edit the JSON header and write it back with a valid header CRC (as a buggy tool would)."""
-    raw = open(path, "rb").read()
-    magic, version, hlen, _ = struct.unpack("<8sIII", raw[:20])
-    header = json.loads(raw[20:20 + hlen])
-    edit(header)
-    blob = json.dumps(header, sort_keys=True).encode()
-    head = bytearray(struct.pack("<8sIII", magic, version, len(blob), 0) + blob)
-    head += b"\0" * (-len(head) % 8)
-    head[16:20] = struct.pack("<I", zlib.crc32(head))
-    off = 20 + hlen
-    off += -off % 8
-    open(path, "wb").write(bytes(head) + raw[off:])
 
 
 def test_document_tail_short_documents_are_contiguous_and_verify(corpus, run_tool):
@@ -115,7 +100,7 @@ def test_sources_covered_by_header_crc_and_full_verification(corpus, run_tool, t
         open_sidecar(path)
     # a header with a valid CRC but impossible sources values is refused by value
     open(path, "wb").write(good)
-    _rewrite_header(path, lambda h: h["sources"].update(kind="copies"))
+    rewrite_header(path, lambda h: h["sources"].update(kind="copies"))
     with pytest.raises(UserError, match="invalid sidecar header: sources.kind"):
         open_sidecar(path)
     # spans pointing past the .bin (valid CRCs): refused by the full verification
@@ -128,7 +113,7 @@ def test_sources_covered_by_header_crc_and_full_verification(corpus, run_tool, t
     with open(path, "r+b") as f:
         f.seek(span_start)
         f.write(spans.astype("<i8").tobytes())
-    _rewrite_header(path, lambda h: h["sources"].update(crc32=zlib.crc32(spans.astype("<i8"))))
+    rewrite_header(path, lambda h: h["sources"].update(crc32=zlib.crc32(spans.astype("<i8"))))
     with pytest.raises(UserError, match="outside the .bin"):
         verify_sidecar(open_sidecar(path))
     open(path, "wb").write(good)

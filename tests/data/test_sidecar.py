@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
+from sidecar_edit import rewrite_header
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron_endprompt.data import sidecar as sc_mod
@@ -156,20 +157,6 @@ def test_flipped_bit_in_fixed_fields_or_padding_is_refused(good, offset):
     _expect(path, good, path)
 
 
-def _rewrite_header(path, mutate):
-    """Rewrite the JSON header with a valid checksum (a buggy writer, not a flipped bit)."""
-    blob = open(path, "rb").read()
-    hlen = struct.unpack("<I", blob[12:16])[0]
-    offset = 20 + hlen + (-(20 + hlen) % 8)
-    values = json.loads(blob[20 : 20 + hlen])
-    mutate(values)
-    new = json.dumps(values, sort_keys=True).encode()
-    head = bytearray(struct.pack("<8sIII", b"EPSIDECR", 2, len(new), 0) + new)
-    head += b"\0" * (-len(head) % 8)
-    head[16:20] = struct.pack("<I", zlib.crc32(head))
-    open(path, "wb").write(bytes(head) + blob[offset:])
-
-
 def _set(*keys_value):
     *keys, value = keys_value
 
@@ -215,13 +202,13 @@ BAD_VALUES = {
 def test_invalid_header_value_with_valid_checksum_is_refused(good, case):
     mutate, needle = BAD_VALUES[case]
     path = sidecar_path(good)
-    _rewrite_header(path, mutate)
+    rewrite_header(path, mutate)
     msg = _expect(path, good, path, "invalid sidecar header", needle, verify=False)
     assert "re-run" in msg
 
 
 def test_rewrite_helper_keeps_a_valid_file(good):
-    _rewrite_header(sidecar_path(good), lambda v: None)
+    rewrite_header(sidecar_path(good), lambda v: None)
     read_sidecar(sidecar_path(good), prefix=good)
 
 
@@ -290,6 +277,6 @@ def test_unknown_tokenizer_is_accepted_with_a_warning_known_one_is_checked(good,
     current = {"vocab_size": 501, "eod": 500, "fingerprint": "cd" * 32}
     with pytest.raises(UserError, match="made with tokenizer NullTokenizer"):
         check_tokenizer(read_sidecar(sidecar_path(good)), current)
-    _rewrite_header(sidecar_path(good), _set("tokenizer", {}))
+    rewrite_header(sidecar_path(good), _set("tokenizer", {}))
     check_tokenizer(read_sidecar(sidecar_path(good)), current)
     assert "records no tokenizer identity" in caplog.text

@@ -157,6 +157,29 @@ def run_case(case: Case, fx: Any, root: str) -> dict:
 COUNT_KEYS = ("one_line", "traceback", "partial", "wrong_success", "data_lost")
 
 
+@contextlib.contextmanager
+def raise_in(module: str, attr: str, exc: BaseException):
+    """Make ``module.attr`` (``attr`` may be ``Class.method``) raise ``exc`` for the duration:
+    the fault a case injects (a full disk, a crash inside a step)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    obj, name = mod, attr
+    if "." in attr:
+        cls, name = attr.split(".")
+        obj = getattr(mod, cls)
+    saved = getattr(obj, name)
+
+    def boom(*a, **k):
+        raise exc
+
+    setattr(obj, name, boom)
+    try:
+        yield
+    finally:
+        setattr(obj, name, saved)
+
+
 def counts(results: list[dict]) -> dict[str, int]:
     out = {"tried": len(results)}
     for key in COUNT_KEYS:
@@ -166,7 +189,7 @@ def counts(results: list[dict]) -> dict[str, int]:
 
 def run_sweep(root: str | None = None, *, names: set[str] | None = None) -> list[dict]:
     """Build the fixtures and run every case (pretrain cases in one subprocess)."""
-    sys.path.insert(0, HERE)
+    sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the cases and tests/ helpers
     import sweep_cases
     import sweep_fixtures
 

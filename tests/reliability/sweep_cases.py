@@ -8,7 +8,6 @@ byte-identical and that nothing new appears (see :mod:`sweep`).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -98,31 +97,6 @@ def interrupt_at_rename(k):
         yield
     finally:
         os.replace = original
-
-
-@contextlib.contextmanager
-def raise_in(module: str, attr: str, exc: BaseException):
-    import importlib
-
-    mod = importlib.import_module(module)
-    obj, name = mod, attr
-    if "." in attr:
-        cls, name = attr.split(".")
-        obj = getattr(mod, cls)
-    saved = getattr(obj, name)
-
-    def boom(*a, **k):
-        raise exc
-
-    setattr(obj, name, boom)
-    try:
-        yield
-    finally:
-        setattr(obj, name, saved)
-
-
-def enospc(path="/data/out"):
-    return OSError(errno.ENOSPC, "No space left on device", path)
 
 
 @contextlib.contextmanager

@@ -3,16 +3,18 @@ start-up (all pretrain cases run in one process through ``pretrain_driver.py``).
 
 from __future__ import annotations
 
-import contextlib
-import json
+import errno
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
-from sweep import HERE, Case, classify, snapshot
+from sweep import HERE, Case, classify, raise_in, snapshot
 from sweep_fixtures import P, SUFFIXES
+from sidecar_edit import rewrite_header
+
+#: A full disk, as the conversion writers would meet it.
+ENOSPC = OSError(errno.ENOSPC, "No space left on device", "/data/out/model.safetensors")
 
 
 def prev(fx, d, name="data") -> str:
@@ -35,25 +37,6 @@ def _truncate(path, keep=0.5):
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(int(size * keep))
-
-
-def _sidecar_header_edit(prefix, **layout):
-    """Rewrite the sidecar header's layout values with a valid header checksum (format v2:
-    magic, version, hlen, header CRC-32, JSON), so only the value check can refuse it."""
-    import zlib
-
-    path = prefix + ".endprompt"
-    raw = open(path, "rb").read()
-    magic, version, hlen, _ = struct.unpack("<8sIII", raw[:20])
-    header = json.loads(raw[20:20 + hlen])
-    header["layout"].update(layout)
-    blob = json.dumps(header, sort_keys=True).encode()
-    head = bytearray(struct.pack("<8sIII", magic, version, len(blob), 0) + blob)
-    head += b"\0" * (-len(head) % 8)
-    head[16:20] = struct.pack("<I", zlib.crc32(head))
-    off = 20 + hlen
-    off += -off % 8
-    open(path, "wb").write(bytes(head) + raw[off:])
 
 
 def copy_tree(src, d, name):
@@ -85,28 +68,6 @@ def ev(*extra, hf=lambda fx, d: fx.hf, out=None, tasks="passkey"):
                 "--depths", "0.5", "--device", "cpu", "--output", output, "--no-progress",
                 *extra]
     return build
-
-
-@contextlib.contextmanager
-def raise_enospc(module, attr):
-    import errno
-    import importlib
-
-    mod = importlib.import_module(module)
-    obj, name = mod, attr
-    if "." in attr:
-        cls, name = attr.split(".")
-        obj = getattr(mod, cls)
-    saved = getattr(obj, name)
-
-    def boom(*a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device", "/data/out/model.safetensors")
-
-    setattr(obj, name, boom)
-    try:
-        yield
-    finally:
-        setattr(obj, name, saved)
 
 
 def dead_pid() -> int:
@@ -187,7 +148,8 @@ CASES: list[Case] = [
     Case("insp_idx_garbage", "inspect",
          damaged(lambda fx, p: open(p + ".idx", "wb").write(b"garbage" * 10)), needle=".idx"),
     Case("insp_sidecar_weight_inf", "inspect",
-         damaged(lambda fx, p: _sidecar_header_edit(p, terminal_loss_weight=float("inf"))),
+         damaged(lambda fx, p: rewrite_header(
+             p + ".endprompt", lambda h: h["layout"].update(terminal_loss_weight=float("inf")))),
          item="3", needle=".endprompt"),
     # megatron-to-hf
     Case("m2h_pi_factor_0", "convert", m2h("--pi-factor", "0"), item="5", needle="--pi-factor"),
@@ -213,8 +175,8 @@ CASES: list[Case] = [
          m2h("--overwrite", ckpt="mg_nan", out=lambda fx, d: copy_tree(fx.export, d, "prev")),
          item="5", needle="NaN"),
     Case("m2h_full_disk", "convert", m2h(), item="11", needle="space",
-         patch=lambda fx, d: raise_enospc("megatron_endprompt.conversion.hf_io",
-                                          "ShardedSafetensorsWriter.close")),
+         patch=lambda fx, d: raise_in("megatron_endprompt.conversion.hf_io",
+                                      "ShardedSafetensorsWriter.close", ENOSPC)),
     Case("m2h_tokenizer_missing", "convert", m2h("--tokenizer", "/nonexistent/tok"),
          needle="tokenizer"),
     Case("m2h_stale_partial_removed", "convert", _stale_partial, rc=0, item="8",
@@ -237,8 +199,8 @@ CASES: list[Case] = [
     Case("h2m_output_readonly", "convert", h2m(out=lambda fx, d: "/sys/endprompt_mg"),
          item="11"),
     Case("h2m_full_disk", "convert", h2m(), item="11", needle="space",
-         patch=lambda fx, d: raise_enospc("megatron_endprompt.conversion.hf_to_megatron",
-                                          "save_release_checkpoint")),
+         patch=lambda fx, d: raise_in("megatron_endprompt.conversion.hf_to_megatron",
+                                      "save_release_checkpoint", ENOSPC)),
     Case("h2m_sigterm", "convert", h2m(), rc=143, item="8", needle="SIGTERM",
          run=sigterm_subprocess("convert", "megatron_endprompt.conversion.hf_to_megatron",
                             "save_release_checkpoint")),
@@ -256,7 +218,7 @@ CASES: list[Case] = [
          ev("--ppl-data", "PPL", "--ppl-max-windows", "1", hf=lambda fx, d: fx.hf_nan,
             tasks="passkey,ppl"), rc=0, item="9", check=_nan_results_kept),
     Case("ev_full_disk", "eval", ev(), item="11", needle="space",
-         patch=lambda fx, d: raise_enospc("os", "replace")),
+         patch=lambda fx, d: raise_in("os", "replace", ENOSPC)),
     Case("ev_lengths_bogus", "eval", ev("--lengths", "abc"), needle="--lengths"),
     Case("ev_lengths_too_short", "eval", ev("--lengths", "10"), needle="--lengths"),
     Case("ev_tasks_bogus", "eval", ev("--tasks", "bogus"), needle="--tasks"),
