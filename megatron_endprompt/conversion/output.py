@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.errors import UserError, check_writable_location
 
 __all__ = ["apply_umask", "atomic_output_dir", "check_output", "check_finite",
            "remove_stale_partials"]
@@ -32,14 +32,7 @@ def check_output(path: str, *, overwrite: bool, flag: str = "--output") -> None:
     work is done)."""
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{flag} {path} already exists; pass --overwrite to replace it")
-    probe = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(probe):  # the nearest existing ancestor must take a new entry
-        probe = os.path.dirname(probe)
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=probe))
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write in {probe} ({exc.strerror}); choose a "
-                        "writable location") from None
+    check_writable_location(path, flag=flag)
 
 
 def check_finite(tensor: Any, what: str) -> None:

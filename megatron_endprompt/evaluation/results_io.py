@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.errors import UserError, check_writable_location
 
 __all__ = ["check_weights_readable", "check_writable", "finite_or_null", "sanitized",
            "write_json_now", "write_text_atomic"]
@@ -21,19 +21,10 @@ __all__ = ["check_weights_readable", "check_writable", "finite_or_null", "saniti
 
 def check_writable(path: str, *, flag: str = "--output") -> None:
     """Refuse an output file whose directory cannot be created or written (before any work)."""
-    directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a directory; give a file path, e.g. "
                         f"{os.path.join(path, 'results.json')}")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        probe = os.path.join(directory, f".{os.path.basename(path)}.probe-{os.getpid()}")
-        with open(probe, "wb"):
-            pass
-        os.unlink(probe)
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write in {directory} ({exc.strerror}); choose a "
-                        "writable location") from None
+    check_writable_location(path, flag=flag, create=True)
 
 
 def finite_or_null(value: Any, *, where: str = "", found: list[str] | None = None) -> Any:
