@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.shape import ModelShape
 
 __all__ = [
     "HFModelSpec",
@@ -40,29 +41,25 @@ MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
 
 
 @dataclass(frozen=True, kw_only=True)
-class HFModelSpec:
-    """A Llama-layout model's architecture, the common ground of both directions.
+class HFModelSpec(ModelShape):
+    """A Llama-layout model's architecture, the common ground of both directions: its shape
+    plus what ``config.json`` needs beyond it."""
 
-    ``llama3_rope_factor``: Llama-3.1 ``rope_type: llama3`` scaling (Megatron
-    ``--use-rope-scaling``), ``None`` without. ``extra``: HF config fields carried over unchanged
-    on export (token ids, ``initializer_range``...).
-    """
-
-    num_layers: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_attention_heads: int
-    num_query_groups: int
-    head_dim: int
-    vocab_size: int
     rms_norm_eps: float
+    """RMSNorm epsilon (Megatron ``--norm-epsilon``)."""
     rope_theta: float
+    """RoPE base (Megatron ``--rotary-base``)."""
     max_position_embeddings: int
-    tied: bool = False
+    """The window ``config.json`` states."""
     llama3_rope_factor: float | None = None
+    """Llama-3.1 ``rope_type: llama3`` scaling (Megatron ``--use-rope-scaling``); ``None``
+    without."""
     dtype: str = "float32"
+    """``torch_dtype`` of the weights."""
     model_type: str = "llama"
+    """HF ``model_type`` (Llama-layout types only)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """HF config fields carried over unchanged on export (token ids, ``initializer_range``...)."""
 
 
 def _load_json(path: str) -> dict[str, Any]:
@@ -113,8 +110,16 @@ def read_hf_config(hf_dir: str) -> HFModelSpec:
     elif rope_type != "default":
         raise UserError(f"{path}: RoPE type {rope_type!r} is not supported on the way in "
                         "(default and llama3 are)")
+    try:
+        return _hf_spec(cfg, raw, rope, llama3, model_type)
+    except ValueError as exc:  # the shape's own checks (ModelShape): one line naming the file
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _hf_spec(cfg: Any, raw: dict[str, Any], rope: dict[str, Any], llama3: float | None,
+             model_type: str) -> HFModelSpec:
     heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    head_dim = getattr(cfg, "head_dim", None) or (cfg.hidden_size // heads if heads else 0)
     dtype = str(getattr(cfg, "dtype", None) or raw.get("torch_dtype") or "float32")
     extra = {k: raw[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id",
                                  "initializer_range") if k in raw}

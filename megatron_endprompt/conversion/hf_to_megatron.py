@@ -61,11 +61,7 @@ class HFToMegatronOptions:
 
 def dims_for(spec: HFModelSpec, padded_vocab: int) -> Dims:
     """Mapping dimensions of ``spec`` with vocabulary padded to ``padded_vocab``."""
-    return Dims(num_layers=spec.num_layers, hidden_size=spec.hidden_size,
-                ffn_hidden_size=spec.ffn_hidden_size,
-                num_attention_heads=spec.num_attention_heads,
-                num_query_groups=spec.num_query_groups, head_dim=spec.head_dim,
-                vocab_size=spec.vocab_size, padded_vocab_size=padded_vocab, tied=spec.tied)
+    return Dims(**spec.shape_fields(), padded_vocab_size=padded_vocab)
 
 
 def _check_parallel(spec: HFModelSpec, tp: int, pp: int) -> None:

@@ -136,11 +136,8 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             if vocab > padded:
                 raise UserError(f"vocabulary {vocab} ({vocab_from}) is larger than the "
                                 f"checkpoint's embedding ({padded} rows)")
-            dims = Dims(num_layers=spec.num_layers, hidden_size=spec.hidden_size,
-                        ffn_hidden_size=spec.ffn_hidden_size,
-                        num_attention_heads=spec.num_attention_heads,
-                        num_query_groups=spec.num_query_groups, head_dim=spec.head_dim,
-                        vocab_size=vocab, padded_vocab_size=padded, tied=spec.tied)
+            dims = Dims(**{**spec.shape_fields(), "vocab_size": vocab},
+                        padded_vocab_size=padded)
             work = list(expand(LLAMA_MAPPINGS, dims))
             for mapping, layer in work:  # validate everything before reading tensors
                 key = mapping.checkpoint_key()

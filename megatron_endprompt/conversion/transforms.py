@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from megatron_endprompt.shape import ModelShape
+
 __all__ = ["Dims", "GateUpConcat", "Identity", "Norm", "QKVFusedPerGroup", "Transform",
            "VocabPad"]
 
@@ -23,45 +25,17 @@ Shape = tuple[int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dims:
-    """Model dimensions the transforms need."""
+class Dims(ModelShape):
+    """Model dimensions the transforms need: the shape plus Megatron's padded vocabulary."""
 
-    num_layers: int
-    """Decoder layers (per-layer weights are stacked ``[num_layers, ...]`` in checkpoints)."""
-    hidden_size: int
-    """``H``."""
-    ffn_hidden_size: int
-    """``F`` (one half of SwiGLU's ``linear_fc1``)."""
-    num_attention_heads: int
-    """``nh``: query heads."""
-    num_query_groups: int
-    """``ng``: KV heads; ``nh`` must be a multiple."""
-    head_dim: int
-    """``d``."""
-    vocab_size: int
-    """``V``: the tokenizer's vocabulary (HF embedding rows)."""
     padded_vocab_size: int
     """``Vp >= V``: Megatron's embedding rows (padded for TP)."""
-    tied: bool = False
-    """Input and output embeddings shared (no ``lm_head``)."""
 
     def __post_init__(self) -> None:
-        if self.num_attention_heads % self.num_query_groups:
-            raise ValueError(f"num_attention_heads {self.num_attention_heads} is not a multiple "
-                             f"of the number of KV heads {self.num_query_groups}")
+        super().__post_init__()
         if self.padded_vocab_size < self.vocab_size:
             raise ValueError(f"padded vocabulary {self.padded_vocab_size} < vocabulary "
                              f"{self.vocab_size}")
-
-    @property
-    def heads_per_group(self) -> int:
-        """Query heads per KV head, ``nh / ng``."""
-        return self.num_attention_heads // self.num_query_groups
-
-    @property
-    def query_width(self) -> int:
-        """``nh * d``: rows of ``q_proj``, columns of ``o_proj``."""
-        return self.num_attention_heads * self.head_dim
 
 
 class Transform(ABC):

@@ -100,7 +100,7 @@ class ActivationModel:
         model parallelism (divide by TP x CP)."""
         m, a = self.model, self.bytes_per_value
         recompute = self.recompute if recompute is None else recompute
-        h, q, kv, f, n = m.hidden_size, m.query_size, m.kv_size, m.ffn_hidden_size, \
+        h, q, kv, f, n = m.hidden_size, m.query_width, m.kv_width, m.ffn_hidden_size, \
             m.num_attention_heads
         tokens = seq * micro_batch
         if recompute == "full":

@@ -26,7 +26,7 @@ __all__ = ["core_attention_flops", "hardware_flops", "model_flops"]
 def core_attention_flops(model: ModelSpec, seq: int, batch: int) -> float:
     """Megatron's causal core-attention share of training FLOPs: ``6 S^2 q`` per layer and
     sequence (3 passes x 2 per FMA x 2 GEMMs x ``q S^2 / 2``)."""
-    return 6.0 * seq * seq * model.query_size * model.num_layers * batch
+    return 6.0 * seq * seq * model.query_width * model.num_layers * batch
 
 
 def model_flops(acc: MegatronAccounting, model: ModelSpec, batch: int, *,

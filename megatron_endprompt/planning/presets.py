@@ -12,52 +12,27 @@ import os
 from dataclasses import dataclass
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.shape import ModelShape
 
 __all__ = ["GPU_PRESETS", "MODEL_PRESETS", "GPUSpec", "ModelSpec", "model_from_hf_config"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """A dense Llama-layout decoder (RMSNorm, SwiGLU, GQA, RoPE, no biases)."""
+class ModelSpec(ModelShape):
+    """A named model shape with its original context window, for the planner."""
 
     name: str
-    #: transformer layers
-    num_layers: int
-    #: model width ``h``
-    hidden_size: int
-    #: SwiGLU width ``f`` (each of the gate and up projections is ``h x f``)
-    ffn_hidden_size: int
-    #: query heads ``n``
-    num_attention_heads: int
-    #: key/value heads ``g`` (GQA groups; ``= n`` for multi-head attention)
-    num_query_groups: int
-    #: per-head width ``d`` (``kv_channels``)
-    head_dim: int
-    #: tokenizer vocabulary (Megatron pads it to a multiple of 128 x TP)
-    vocab_size: int
-    #: input embedding shared with the output layer
-    tied: bool = False
-    #: the model's original context window ``L0`` (for the RoPE interpolation factor)
+    """Preset name, or the ``--hf-config`` file's directory."""
     original_window: int = 8192
+    """The model's original context window ``L0`` (for the RoPE interpolation factor)."""
 
     def __post_init__(self) -> None:
-        for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                    "num_query_groups", "head_dim", "vocab_size", "original_window"):
-            if int(getattr(self, key)) <= 0:
-                raise ValueError(f"model {self.name}: {key} must be positive")
-        if self.num_attention_heads % self.num_query_groups:
-            raise ValueError(f"model {self.name}: {self.num_attention_heads} heads are not a "
-                             f"multiple of {self.num_query_groups} KV groups")
-
-    @property
-    def query_size(self) -> int:
-        """``q = n * d``: width of the query projection and of the attention output."""
-        return self.num_attention_heads * self.head_dim
-
-    @property
-    def kv_size(self) -> int:
-        """``kv = g * d``: width of each of the key and value projections."""
-        return self.num_query_groups * self.head_dim
+        try:
+            super().__post_init__()
+            if int(self.original_window) <= 0:
+                raise ValueError("original_window must be positive")
+        except ValueError as exc:
+            raise ValueError(f"model {self.name}: {exc}") from None
 
 
 def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, groups: int, vocab: int,

@@ -140,3 +140,17 @@ def test_sliding_window_and_biases_refused(run_tool, tmp_path):
     out = str(tmp_path / "out")
     hf = make_hf_model(str(tmp_path / "bias"), num_hidden_layers=1, attention_bias=True)
     _assert_refused(run_tool, _h2m(hf, out), out, "attention_bias=true")
+
+
+def test_heads_not_multiple_of_kv_heads(run_tool, tiny_hf, tmp_path):
+    """4 query heads, 3 KV heads: the shape's own check (megatron_endprompt.shape) refuses it as
+    one line naming config.json, not a ValueError traceback."""
+    out = str(tmp_path / "out")
+    hf = _copy(tiny_hf, tmp_path / "bad_groups")
+    with open(os.path.join(hf, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["num_key_value_heads"] = 3
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    line = _assert_refused(run_tool, _h2m(hf, out), out, "config.json")
+    assert "not a multiple of the number of KV heads 3" in line
