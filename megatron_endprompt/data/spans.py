@@ -232,15 +232,38 @@ def sidecar_pieces(sidecar) -> tuple[np.ndarray, np.ndarray]:
 
 def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np.ndarray:
     """Ids (int32, ascending) of the samples of a spans sidecar whose every stream token lies
-    in ``[lo, hi)``; streamed over blocks of samples (O(block) temporaries)."""
-    index = SpanIndex.of(sidecar)
-    out, k = np.empty(index.n, dtype=np.int32), 0  # 4 bytes per sample, filled in place
-    for a, _, ptr, pieces in index.blocks(block):
-        first, last = _extent(ptr, pieces)
-        ids = np.flatnonzero((first >= lo) & (last <= hi)) + a
-        out[k : k + len(ids)] = ids
-        k += len(ids)
+    in ``[lo, hi)``. Layout ``pieces``: streamed over blocks of samples; ``windows``: per run
+    of windows, arithmetic. Temporaries O(block); the result is 4 bytes per sample kept."""
+    index, block = SpanIndex.of(sidecar), block or BLOCK
+    out, k = np.empty(index.n, dtype=np.int32), 0
+    if index.layout == "windows":
+        for first, count in _windows_within(index, lo, hi, block):
+            for a in range(0, int(count), block):  # in blocks: no temporary of the run's size
+                m = min(block, int(count) - a)
+                out[k : k + m] = np.arange(first + a, first + a + m)
+                k += m
+    else:
+        for a, _, ptr, pieces in index.blocks(block):
+            first, last = _extent(ptr, pieces)
+            ids = np.flatnonzero((first >= lo) & (last <= hi)) + a
+            out[k : k + len(ids)] = ids
+            k += len(ids)
     return out[:k] if 2 * k >= len(out) else out[:k].copy()
+
+
+def _windows_within(index: SpanIndex, lo: int, hi: int, block: int):
+    """``(first sample, count)`` per run of windows: the run's windows that lie in ``[lo, hi)``
+    are consecutive samples (window ``j`` reads ``token + j * P`` to ``token + j * P + P + 1``)."""
+    runs, _ = index._v()
+    R, P = len(runs), index.P
+    for a in range(0, R, block):
+        part = np.array(runs[a : min(a + block, R) + 1])  # one run of overlap: its next start
+        count = np.append(np.diff(part[:, 0]), index.n - part[-1, 0])[: min(block, R - a)]
+        first, token = part[: len(count), 0], part[: len(count), 1]
+        j0 = np.maximum(0, -((token - lo) // P))  # first window starting at or after lo
+        j1 = np.minimum(count, (hi - P - 1 - token) // P + 1)  # windows ending at or before hi
+        keep = j1 > j0
+        yield from zip((first + j0)[keep].tolist(), (j1 - j0)[keep].tolist())
 
 
 def verify_sources(sidecar, rebuild: str, *, block: int | None = None) -> None:
