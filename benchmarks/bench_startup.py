@@ -347,24 +347,33 @@ def report(paths: list[str], before: list[str] | None = None) -> str:
                         f"{q('first', 'read_bytes'):.2f}x | {q('later', 'wall_s'):.2f}x | "
                         f"{q('later', 'read_bytes'):.2f}x | {q('later', 'rchar'):.2f}x | "
                         f"{q('first', 'peak_rss_mib'):.2f}x / {q('later', 'peak_rss_mib'):.2f}x |")
-    if before:
+    old = _load(before) if before else []
+    if old:
         rows += ["", "Before (the previous spans code, every rank unpacking the sources whole):",
-                 ""] + _measured(_load(before), " (before)")
-    rows += [""] + _projection(runs)
+                 ""] + _measured(old, " (before)")
+    rows += [""] + _projection(runs, old)
     return "\n".join(rows)
 
 
-def _projection(runs: list[dict]) -> list[str]:
+def _projection(runs: list[dict], old: list[dict] = ()) -> list[str]:
     D, R = PROJ_DOCS, PROJ_RANKS
     kinds = [k for k in NAMES if any(k in r for r in runs)]
-    est = {}
+    est, names = {}, dict(NAMES)
     for k in kinds:
         big = [r for r in runs if k in r][-2:]
         for s in ("first", "later"):
             for key in ("wall_s", "read_bytes", "peak_rss_mib"):
                 a, b = _fit(big, k, s, key)
                 est[(k, s, key)] = a + b * D
-    head = "| | " + " | ".join(NAMES[k] for k in kinds) + " | before: stored, every rank verifies |"
+    for k in [k for k in NAMES if k != "stock" and any(k in r for r in old)]:
+        names[k + "-before"] = NAMES[k].replace("`EndPromptGPTDataset` ", "before: ")
+        kinds.append(k + "-before")
+        big = [r for r in old if k in r][-2:]
+        for s in ("first", "later"):
+            for key in ("wall_s", "read_bytes", "peak_rss_mib"):
+                a, b = _fit(big, k, s, key)
+                est[(k + "-before", s, key)] = a + b * D
+    head = "| | " + " | ".join(names[k] for k in kinds) + " | before: stored, every rank verifies |"
     rows = [f"Projection to {D:,} documents (1T tokens at ~1,000 tokens/document; `.idx` "
             f"{IDX_B * D / 1e9:.0f} GB; one sample per document for every sidecar, an upper "
             f"bound: at P = 8,192 a 1T-token corpus has ~1.2e8 continuation windows) and "
