@@ -14,14 +14,25 @@ Each measured start is a fresh Python process that builds train/valid/test throu
 * bytes read: ``/proc/self/io`` ``read_bytes`` (storage reads, including memory-map page
   faults; the files' pages are evicted with ``posix_fadvise(DONTNEED)`` before every run, so
   this is the cold-cache figure a shared filesystem sees) and ``rchar`` (``read()`` syscalls);
-* peak RSS (``ru_maxrss``) of the process, and its RSS before ``build()``.
+* peak RSS of the process (``VmHWM``, reset through ``/proc/self/clear_refs`` just before
+  ``build()``, so it is the peak *during* the build, imports included), and its RSS before
+  ``build()``. Not ``ru_maxrss``: after ``vfork`` + ``exec`` (Python's ``subprocess``) it
+  starts at the *parent's* peak, so every child reported at least the driver's RSS.
 
 "first start": empty data cache directory (rank 0 of the data group: builds the index cache,
 and for ours runs the full verification once). "later start": the cache is there (every other
 rank, and every restart): ours checks the file identities, the header checksum and reads the
 cached indices, as stock does.
 
-    .venv/bin/python benchmarks/bench_startup.py --docs 1000000 10000000 [--repeat 2]
+``--sidecars`` picks the EndPrompt sidecars measured beside stock: ``stored`` (sample ``i`` is
+stored sequence ``i``), and the *spans* sidecars that ``build_endprompt_sidecar.py`` writes over
+an existing corpus (samples composed from pieces of the ``.bin``, :mod:`.data.spans`):
+``windows`` (continuation windows of ``P + 1`` tokens, stride ``P``, over the document stream:
+one run, a few bytes of ``sources``) and ``pieces`` (one sample per document, two pieces each,
+context and the document's own tail: 40 bytes of ``sources`` per sample).
+
+    .venv/bin/python benchmarks/bench_startup.py --docs 1000000 10000000 [--repeat 2] \
+        [--sidecars stored pieces windows]
 """
 
 from __future__ import annotations
@@ -29,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -79,6 +89,60 @@ def make_corpus(prefix: str, docs: int) -> None:
     os.replace(sidecar_path(prefix) + ".tmp", sidecar_path(prefix))
 
 
+def spans_name(layout: str) -> str:
+    return f"spans-{layout}"
+
+
+def make_spans(prefix: str, docs: int, layout: str) -> str:
+    """A spans sidecar ``PREFIX.spans-LAYOUT.endprompt`` over the corpus of :func:`make_corpus`
+    (documents of ``P + 1`` tokens back to back); ``pieces``' sources go through a temporary
+    memory map, so the writer never holds them in memory."""
+    from dataclasses import asdict
+
+    import numpy as np
+
+    from megatron_endprompt.compat import build_megatron_tokenizer
+    from megatron_endprompt.data.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
+                                                 write_sidecar)
+    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+    from megatron_endprompt.layout import LayoutConfig
+
+    path = sidecar_path(prefix, spans_name(layout))
+    if os.path.exists(path):
+        return path
+    tmp = None
+    if layout == "windows":
+        n = (docs * (P + 1) - 1) // P
+        sources, source = np.zeros(2, dtype=np.int64), "continuation"
+    else:
+        n, source, chunk = docs, "document-tail", 1 << 22
+        tmp = path + ".sources.tmp"
+        sources = np.lib.format.open_memmap(tmp, mode="w+", dtype="<i8", shape=(5 * n + 1,))
+        for s in range(0, n + 1, chunk):
+            sources[s : min(s + chunk, n + 1)] = np.arange(s, min(s + chunk, n + 1)) * 2
+        body = sources[n + 1 :].reshape(n, 4)
+        for s in range(0, n, chunk):
+            start = np.arange(s, min(s + chunk, n), dtype=np.int64) * (P + 1)
+            body[s : s + len(start)] = np.stack(
+                [start, np.full(len(start), P + 1 - B), start + P + 1 - B,
+                 np.full(len(start), B)], axis=1)
+        sources.flush()
+    layout_cfg = LayoutConfig(seq_length=P, target_length=L, placement="fixed")
+    records = np.lib.stride_tricks.as_strided(np.array([P - B, L - B], dtype=np.int32),
+                                              shape=(n, 2), strides=(0, 4))
+    tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
+    header = SidecarHeader(layout=asdict(layout_cfg), terminal_source=source, terminal_length=B,
+                           num_samples=n, **data_fingerprint(prefix),
+                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer"),
+                           sources={"kind": "spans", "layout": layout})
+    write_sidecar(path + ".tmp", header, records, sources)
+    os.replace(path + ".tmp", path)
+    if tmp:
+        del sources, body
+        os.unlink(tmp)
+    return path
+
+
 def evict(paths: list[str]) -> None:
     """Drop these files' pages from the page cache (cold-cache reads, nothing else touched)."""
     for root in paths:
@@ -101,16 +165,25 @@ def _io() -> dict:
         return {k: int(v) for k, v in (line.split(": ") for line in f)}
 
 
-def _rss_kib() -> int:
+def _rss_kib(field: str = "VmRSS") -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
 
+def _reset_peak_rss() -> None:
+    """``VmHWM`` := current RSS (Linux >= 4.0); harmless where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 # -- one start (child process) ------------------------------------------------------------
-def child(kind: str, prefix: str, cache: str, docs: int) -> dict:
+def child(kind: str, prefix: str, cache: str, docs: int, name: str | None = None) -> dict:
     from megatron_endprompt.compat import quiet_megatron_import_noise
 
     quiet_megatron_import_noise()
@@ -129,8 +202,9 @@ def child(kind: str, prefix: str, cache: str, docs: int) -> dict:
         cls, config = GPTDataset, GPTDatasetConfig(**common)
     else:
         cls, config = EndPromptGPTDataset, EndPromptDatasetConfig(
-            **common, endprompt_target_length=L)
+            **common, endprompt_target_length=L, endprompt_sidecar_name=name)
     sizes = [int(docs * 0.98), docs // 100, docs // 100]
+    _reset_peak_rss()
     rss0, io0, t0, c0 = _rss_kib(), _io(), time.perf_counter(), time.process_time()
     datasets = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -139,15 +213,18 @@ def child(kind: str, prefix: str, cache: str, docs: int) -> dict:
     assert sample["tokens"].shape[0] == P
     return {"wall_s": wall, "cpu_s": cpu, "read_bytes": io1["read_bytes"] - io0["read_bytes"],
             "rchar": io1["rchar"] - io0["rchar"], "rss_before_mib": rss0 / 1024,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mib": _rss_kib("VmHWM") / 1024,
             "samples": [len(d) for d in datasets]}
 
 
-def run_child(kind: str, prefix: str, cache: str, docs: int) -> dict:
-    evict([prefix + ".idx", prefix + ".endprompt", cache])
+def run_child(kind: str, prefix: str, cache: str, docs: int, name: str | None = None) -> dict:
+    from megatron_endprompt.data.sidecar import sidecar_path
+
+    evict([prefix + ".idx", sidecar_path(prefix, name), cache])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, __file__, "--child", kind, "--prefix", prefix,
-                          "--cache", cache, "--docs", str(docs)], env=env, check=True,
+                          "--cache", cache, "--docs", str(docs)]
+                         + (["--name", name] if name else []), env=env, check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -170,7 +247,14 @@ def _best(runs: list[dict]) -> dict:
             for k in runs[0]}
 
 
-def measure(workdir: str, docs: int, repeat: int) -> dict:
+KINDS = {"stored": ("ours", None), "pieces": ("ours-pieces", "pieces"),
+         "windows": ("ours-windows", "windows")}
+"""``--sidecars`` value: (result key, spans layout or None for the stored-sample sidecar)."""
+
+
+def measure(workdir: str, docs: int, repeat: int, sidecars: list[str]) -> dict:
+    from megatron_endprompt.data.sidecar import open_sidecar
+
     prefix = os.path.join(workdir, f"corpus_{docs}")
     t0 = time.perf_counter()
     make_corpus(prefix, docs)
@@ -179,87 +263,31 @@ def measure(workdir: str, docs: int, repeat: int) -> dict:
                  "sidecar_bytes": os.path.getsize(prefix + ".endprompt"),
                  "bin_bytes_sparse": os.path.getsize(prefix + ".bin"), "make_s": made,
                  "idx_seq_read_s": min(seq_read_s(prefix + ".idx") for _ in range(repeat))}
-    runs = {kind: {"first": [], "later": []} for kind in ("stock", "ours")}
-    for r in range(repeat):  # interleaved, so both see the same machine load
-        for kind in ("stock", "ours"):
+    kinds = {"stock": None}
+    for sc in sidecars:
+        key, layout = KINDS[sc]
+        kinds[key] = None if layout is None else spans_name(layout)
+        if layout is not None:
+            path = make_spans(prefix, docs, layout)
+            res[f"{key}_sidecar_bytes"] = os.path.getsize(path)
+            res[f"{key}_samples"] = open_sidecar(path).header.num_samples
+    runs = {kind: {"first": [], "later": []} for kind in kinds}
+    for r in range(repeat):  # interleaved, so all see the same machine load
+        for kind, name in kinds.items():
             cache = os.path.join(workdir, f"cache_{kind}_{docs}_{r}")
             shutil.rmtree(cache, ignore_errors=True)
-            runs[kind]["first"].append(run_child(kind, prefix, cache, docs))
-            runs[kind]["later"].append(run_child(kind, prefix, cache, docs))
+            child_kind = "stock" if kind == "stock" else "ours"
+            runs[kind]["first"].append(run_child(child_kind, prefix, cache, docs, name))
+            runs[kind]["later"].append(run_child(child_kind, prefix, cache, docs, name))
             shutil.rmtree(cache, ignore_errors=True)
-    for kind in ("stock", "ours"):
+    for kind in kinds:
         res[kind] = {start: _best(runs[kind][start]) for start in ("first", "later")}
         res[kind].update(all_first=runs[kind]["first"], all_later=runs[kind]["later"])
         f, l_ = res[kind]["first"], res[kind]["later"]
-        print(f"{docs:>12,} {kind:5s} first {f['wall_s']:7.2f}s {f['read_bytes'] / 1e6:9.1f} MB"
+        print(f"{docs:>12,} {kind:12s} first {f['wall_s']:7.2f}s {f['read_bytes'] / 1e6:9.1f} MB"
               f"  later {l_['wall_s']:7.2f}s {l_['read_bytes'] / 1e6:9.1f} MB  peak RSS "
               f"{f['peak_rss_mib']:.0f}/{l_['peak_rss_mib']:.0f} MiB", flush=True)
     return res
-
-
-# -- report and projection ----------------------------------------------------------------
-PROJ_DOCS, PROJ_RANKS = 10**9, 1000  # 1T tokens at ~1,000 tokens per document
-IDX_B, REC_B = 20, 8  # .idx bytes per document (int32 length, int64 pointer, int64 doc index)
-
-
-def _fit(runs: list[dict], kind: str, start: str, key: str) -> tuple[float, float]:
-    """``a + b * D`` through the two largest corpora (least squares when more)."""
-    import numpy as np
-
-    xs = np.array([r["docs"] for r in runs], dtype=float)
-    ys = np.array([r[kind][start][key] for r in runs], dtype=float)
-    if len(xs) == 1:
-        return 0.0, float(ys[0] / xs[0])
-    b, a = np.polyfit(xs, ys, 1)
-    return float(max(a, 0.0)), float(max(b, 0.0))
-
-
-def report(paths: list[str]) -> str:
-    """Markdown tables: measured figures, then the projection to 1T tokens / 1,000 ranks."""
-    runs = sorted((r for p in paths for r in json.load(open(p))["runs"]),
-                  key=lambda r: r["docs"])
-    rows = ["| documents | `.idx` | start | dataset | wall s | CPU s | read_bytes MB | rchar MB "
-            "| peak RSS MiB |", "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
-    for r in runs:
-        for start in ("first", "later"):
-            for kind, name in (("stock", "stock `GPTDataset`"), ("ours", "`EndPromptGPTDataset`")):
-                m = r[kind][start]
-                rows.append(f"| {r['docs']:,} | {r['idx_bytes'] / 1e6:,.0f} MB | {start} | {name} "
-                            f"| {m['wall_s']:.2f} | {m['cpu_s']:.2f} | {m['read_bytes'] / 1e6:,.1f} "
-                            f"| {m['rchar'] / 1e6:,.1f} | {m['peak_rss_mib']:,.0f} |")
-    rows += ["", "| ratio ours / stock | first: wall | first: read_bytes | later: wall | "
-             "later: read_bytes | later: rchar | peak RSS (first / later) |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in runs:
-        q = lambda start, key: r["ours"][start][key] / max(r["stock"][start][key], 1e-9)  # noqa: E731
-        rows.append(f"| {r['docs']:,} docs | {q('first', 'wall_s'):.2f}x | "
-                    f"{q('first', 'read_bytes'):.2f}x | {q('later', 'wall_s'):.2f}x | "
-                    f"{q('later', 'read_bytes'):.2f}x | {q('later', 'rchar'):.2f}x | "
-                    f"{q('first', 'peak_rss_mib'):.2f}x / {q('later', 'peak_rss_mib'):.2f}x |")
-    big = runs[-2:] if len(runs) > 1 else runs
-    D, R = PROJ_DOCS, PROJ_RANKS
-    est = {(k, s, key): (lambda ab: ab[0] + ab[1] * D)(_fit(big, k, s, key))
-           for k in ("stock", "ours") for s in ("first", "later") for key in ("wall_s", "read_bytes")}
-    full = (IDX_B + REC_B) * D  # what every rank read before: the whole .idx and the records
-    seq = max(r["idx_seq_read_s"] / r["idx_bytes"] for r in big)  # s per byte, cold
-    rows += ["", f"Projection to {D:,} documents (1T tokens at ~1,000 tokens/document; `.idx` "
-             f"{IDX_B * D / 1e9:.0f} GB, records {REC_B * D / 1e9:.0f} GB) and {R:,} ranks:", "",
-             "| | stock `GPTDataset` | `EndPromptGPTDataset` (verify once) | before (every rank "
-             "verifies) |", "|---|---:|---:|---:|"]
-    before_rank = est[("stock", "later", "wall_s")] + full * seq + IDX_B * D / 1.3e9
-    rows.append(f"| first start, rank 0: wall | {est[('stock', 'first', 'wall_s')]:,.0f} s | "
-                f"{est[('ours', 'first', 'wall_s')]:,.0f} s | "
-                f"{est[('stock', 'first', 'wall_s')] + full * seq + IDX_B * D / 1.3e9:,.0f} s |")
-    rows.append(f"| later start (every other rank, every restart): wall | "
-                f"{est[('stock', 'later', 'wall_s')]:,.2f} s | {est[('ours', 'later', 'wall_s')]:,.2f}"
-                f" s | {before_rank:,.0f} s |")
-    rows.append(f"| later start: bytes read per rank | {est[('stock', 'later', 'read_bytes')] / 1e6:,.1f}"
-                f" MB | {est[('ours', 'later', 'read_bytes')] / 1e6:,.1f} MB | {full / 1e9:,.0f} GB |")
-    tot = lambda k: (est[(k, "first", "read_bytes")]  # noqa: E731
-                     + (R - 1) * est[(k, "later", "read_bytes")])
-    rows.append(f"| one start of {R:,} ranks: bytes read in all | {tot('stock') / 1e9:,.1f} GB | "
-                f"{tot('ours') / 1e9:,.1f} GB | {R * full / 1e12:,.0f} TB |")
-    return "\n".join(rows)
 
 
 def main() -> None:
@@ -269,28 +297,38 @@ def main() -> None:
     p.add_argument("--workdir", default=os.path.join(HERE, "out", "startup"))
     p.add_argument("--out", default=os.path.join(HERE, "out", "startup.json"))
     p.add_argument("--keep", action="store_true", help="keep the synthetic corpora")
+    p.add_argument("--sidecars", nargs="+", choices=tuple(KINDS), default=["stored"],
+                   help="EndPrompt sidecars to measure beside stock (default: stored)")
     p.add_argument("--report", nargs="+", metavar="JSON",
                    help="print the README tables (and projection) from earlier --out files")
+    p.add_argument("--before", nargs="+", metavar="JSON",
+                   help="with --report: also print these (earlier code's) measurements")
     p.add_argument("--child", choices=("stock", "ours"))
     p.add_argument("--prefix")
     p.add_argument("--cache")
+    p.add_argument("--name", help="(child) sidecar name")
     a = p.parse_args()
     if a.child:
-        print(json.dumps(child(a.child, a.prefix, a.cache, a.docs[0])))
+        print(json.dumps(child(a.child, a.prefix, a.cache, a.docs[0], a.name)))
         return
     if a.report:
-        print(report(a.report))
+        from startup_report import report
+
+        print(report(a.report, a.before))
         return
     os.makedirs(a.workdir, exist_ok=True)
-    results = [measure(a.workdir, n, a.repeat) for n in a.docs]
+    results = [measure(a.workdir, n, a.repeat, a.sidecars) for n in a.docs]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"P": P, "L": L, "vocab": VOCAB, "runs": results}, f, indent=1)
     print(f"wrote {a.out}\n")
+    from startup_report import report
+
     print(report([a.out]))
     if not a.keep:
         for n in a.docs:
-            for ext in (".bin", ".idx", ".endprompt"):
+            for ext in (".bin", ".idx", ".endprompt", ".spans-pieces.endprompt",
+                        ".spans-windows.endprompt"):
                 path = os.path.join(a.workdir, f"corpus_{n}{ext}")
                 if os.path.exists(path):
                     os.unlink(path)

@@ -49,7 +49,7 @@ from megatron.core.datasets.utils import Split
 
 from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
-from megatron_endprompt.data.spans import sample_extent, sequence_starts, span_reader
+from megatron_endprompt.data.spans import samples_within, span_reader
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
 from megatron_endprompt.window import EndPromptWindow
@@ -275,8 +275,6 @@ class EndPromptGPTDataset(GPTDataset):
                             f"{self.dataset_path}.idx has {len(self.dataset.sequence_lengths)} "
                             "sequences; re-run tools/preprocess_endprompt.py")
         ensure_verified(self.sidecar, self.dataset.path_prefix, directory)
-        self._units = self.indices if self.sidecar.sources is None else \
-            self._samples_in_split()
         # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
         identifiers = {"endprompt_sidecar": self.sidecar.header.idx_sha256,
                        "endprompt_layout": self.sidecar.header.layout}
@@ -287,19 +285,30 @@ class EndPromptGPTDataset(GPTDataset):
         sample_index = self._load_or_build_sample_index()
         return sample_index, None, None
 
+    @property
+    def _units(self) -> np.ndarray:
+        """The split's samples (stored sequences, or spans samples inside the split): only
+        needed to build the sample index, so a rank that finds it cached never computes it."""
+        if getattr(self, "_units_cache", None) is None:
+            self._units_cache = self.indices if self.sidecar.sources is None else \
+                self._samples_in_split()
+        return self._units_cache
+
     def _samples_in_split(self) -> np.ndarray:
         """Spans sidecar: the samples whose every token lies in this split's sequences
-        (Megatron splits a GPT corpus by sequence; a sample straddling two splits is used by
-        neither)."""
+        (Megatron splits a GPT corpus by sequence, a contiguous range; a sample straddling two
+        splits is used by neither). Streamed over blocks of samples: O(block) temporaries."""
         if len(self.indices) == 0:
             return np.empty(0, dtype=np.int32)
-        starts = sequence_starts(self.dataset.index, self.dataset.path_prefix,
-                                 self.sidecar.header.bin_bytes)[:-1]
-        first, last = sample_extent(self.sidecar)
-        first_doc = np.searchsorted(starts, first, side="right") - 1
-        last_doc = np.searchsorted(starts, last - 1, side="right") - 1
+        index = self.dataset.index
+        itemsize = np.dtype(index.dtype).itemsize
         lo, hi = int(np.min(self.indices)), int(np.max(self.indices))
-        return np.flatnonzero((first_doc >= lo) & (last_doc <= hi)).astype(np.int32)
+        # the .idx stores its sequences back to back (checked when the sidecar was built; its
+        # SHA-256 is verified): the split's stream range comes from two pointers
+        begin = int(index.sequence_pointers[lo]) // itemsize
+        end = np.iinfo(np.int64).max if hi + 1 >= len(index.sequence_pointers) else \
+            int(index.sequence_pointers[hi + 1]) // itemsize
+        return samples_within(self.sidecar, begin, end)
 
     def _num_epochs_and_final_split(self) -> tuple[int, bool]:
         n = len(self._units)

@@ -190,8 +190,9 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
         f.write(head)
         for start in range(0, len(records), rows):
             f.write(np.ascontiguousarray(records[start : start + rows], dtype="<i4").tobytes())
-        if sources is not None:
-            f.write(sources.tobytes())
+        if sources is not None:  # in chunks: a memory-mapped array is never copied whole
+            for start in range(0, len(sources), _CHUNK // 8):
+                f.write(sources[start : start + _CHUNK // 8].tobytes())
 
 
 @dataclass(kw_only=True)
