@@ -25,6 +25,10 @@ characters) and repeated ``--repeat`` times:
    CPU — the figure other jobs on shared cores disturb least, and what the tools reach on free
    cores — and whether both wrote byte-identical ``.bin/.idx``.
    ``--long-line-mb M`` also runs ours on one JSONL line of ``M`` MB and reports its peak RSS.
+   With ``--tokenizer hf``, the **ceiling**: ``Tokenizer.encode_batch_fast`` alone over the same
+   documents held in memory (a fresh process, ``--workers`` rayon threads, no reading, parsing,
+   writing or start-up; best of ``--trials``), an upper bound on the tokens/s of any tool that
+   uses this tokenizer unchanged, and its ratio to Megatron-LM's end-to-end figure.
 
 2. Dataset samples/s at P = ``--seq-length``: ``EndPromptGPTDataset`` on our prefix against
    Megatron-Core's ``GPTDataset`` on Megatron's prefix (same tokens), both built through
