@@ -6,7 +6,9 @@ the inputs with ``--partitions/--partition-index``), tokenized by
 :mod:`~megatron_endprompt.data.encode` (Rust batches for HF fast tokenizers, else a worker
 pool) and streamed into Megatron's ``IndexedDatasetBuilder`` one document per sequence —
 exactly the ``.bin/.idx`` Megatron-LM's ``tools/preprocess_data.py`` writes — so one
-tokenization serves every layout. Outputs go to temporary names, committed all-or-nothing
+tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
+before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.early_encode`), its
+work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names, committed all-or-nothing
 under an exclusive prefix lock (:mod:`~megatron_endprompt.data.atomic_output`).
 """
 
