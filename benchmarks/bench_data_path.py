@@ -25,6 +25,10 @@ characters) and repeated ``--repeat`` times:
    CPU — the figure other jobs on shared cores disturb least, and what the tools reach on free
    cores — and whether both wrote byte-identical ``.bin/.idx``.
    ``--long-line-mb M`` also runs ours on one JSONL line of ``M`` MB and reports its peak RSS.
+   With ``--tokenizer hf``, the **ceiling**: ``Tokenizer.encode_batch_fast`` alone over the same
+   documents held in memory (a fresh process, ``--workers`` rayon threads, no reading, parsing,
+   writing or start-up; best of ``--trials``), an upper bound on the tokens/s of any tool that
+   uses this tokenizer unchanged, and its ratio to Megatron-LM's end-to-end figure.
 
 2. Dataset samples/s at P = ``--seq-length``: ``EndPromptGPTDataset`` on our prefix against
    Megatron-Core's ``GPTDataset`` on Megatron's prefix (same tokens), both built through
@@ -220,6 +224,47 @@ def time_preprocessing(args, w, tok) -> dict:
     return out
 
 
+# -- the ceiling: bare Rust encoding ------------------------------------------------------
+def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int) -> None:
+    """In a fresh process whose rayon pool has ``RAYON_RS_NUM_THREADS`` threads: read every
+    document into memory, then time ``Tokenizer.encode_batch_fast`` alone over them (no I/O,
+    no start-up, no writing), in batches of 1,024 documents (ours) and in one call; print the
+    best of ``trials`` per batch size as JSON (tokens count one EOD per document)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
+    with open(jsonl, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    out = {}
+    for size in (1024, len(texts)):
+        best = None
+        for _ in range(trials):
+            t0, c0 = time.perf_counter(), time.process_time()
+            n = 0
+            for i in range(0, len(texts), size):
+                n += sum(len(e.ids) + 1 for e in tok.encode_batch_fast(
+                    texts[i : i + size], add_special_tokens=True))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            if best is None or wall < best["wall"]:
+                best = {"tokens": n, "wall": wall, "cpu": cpu}
+        out[str(size)] = best
+    print(json.dumps(out))
+
+
+def time_ceiling(args, w, tok_dir: str) -> dict:
+    """The best of :func:`ceiling_child` over batch sizes, with ``--workers`` rayon threads."""
+    env = dict(os.environ, RAYON_RS_NUM_THREADS=str(args.workers),
+               PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys, bench_data_path as b; "
+         "b.ceiling_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))",
+         w("input.jsonl"), tok_dir, str(args.trials)],
+        env=env, check=True, capture_output=True, text=True)
+    runs = json.loads(res.stdout.strip().splitlines()[-1])
+    size, best = min(runs.items(), key=lambda kv: kv[1]["wall"])
+    return {"batch_docs": int(size), **best, "runs": runs}
+
+
 # -- datasets -----------------------------------------------------------------------------
 def build_dataset(cls: type, config_cls: type, prefix: str, tokenizer, args, cache: str,
                   **extra):
@@ -319,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     net = {k: max(best[k] - start[k], 1e-9) for k in best}
     cpu = {k: min(pre[k]["cpu"]) for k in best}
     cpu_net = {k: max(cpu[k] - min(pre[k]["startup_cpu"]), 1e-9) for k in best}
+    ceiling = time_ceiling(args, w, tok[1]) if args.tokenizer == "hf" else None
+    if ceiling is not None and ceiling["tokens"] != tokens:
+        sys.exit(f"ceiling: {ceiling['tokens']:,} tokens from the bare tokenizer, "
+                 f"{tokens:,} in our .bin")
 
     # 2. datasets on the same tokens
     cache = w("index_cache")
@@ -353,6 +402,12 @@ def main(argv: list[str] | None = None) -> int:
             "plain_tokens_per_cpu_s": tokens / cpu["plain"],
             "ours_tokens_per_cpu_s": tokens / cpu["ours"], "cpu_ratio": cpu["plain"] / cpu["ours"],
             "identical_bin_idx": pre["identical_bin_idx"],
+            "ceiling": ceiling and {
+                **ceiling, "tokens_per_s": tokens / ceiling["wall"],
+                "tokens_per_cpu_s": tokens / ceiling["cpu"],
+                "ratio_to_plain": best["plain"] / ceiling["wall"],
+                "ratio_to_plain_net": net["plain"] / ceiling["wall"],
+                "ours_fraction": ceiling["wall"] / best["ours"]},
             "long_line": pre.get("long_line"),
         },
         "dataset": {
@@ -384,6 +439,18 @@ def main(argv: list[str] | None = None) -> int:
         ("tokens/CPU-s net of start-up  plain / ours", f"{r['plain_tokens_per_cpu_s_net']:,.0f} / "
          f"{r['ours_tokens_per_cpu_s_net']:,.0f}", f"{r['cpu_ratio_net']:.2f}x"),
         ("identical .bin/.idx", str(r["identical_bin_idx"]), ""),
+    ]
+    if r["ceiling"]:
+        c = r["ceiling"]
+        rows += [
+            ("ceiling: bare encode_batch_fast tokens/s", f"{c['tokens_per_s']:,.0f}",
+             f"{args.workers} rayon threads, in memory, {c['batch_docs']} docs per call"),
+            ("ceiling / Megatron-LM (end to end)", f"{c['ratio_to_plain']:.2f}x",
+             "any tool with this tokenizer: <= this ratio"),
+            ("ceiling / Megatron-LM net of its start-up", f"{c['ratio_to_plain_net']:.2f}x", ""),
+            ("ceiling tokens/CPU-s", f"{c['tokens_per_cpu_s']:,.0f}", ""),
+        ]
+    rows += [
         ("dataset samples/s  GPTDataset", f"{sps_gpt:,.0f}", ""),
         ("dataset samples/s  EndPromptGPTDataset", f"{sps_ours:,.0f}",
          f"{result['dataset']['ratio']:.2f}x >= 0.9x {ok(result['dataset']['ratio'] >= 0.9)}"),

@@ -6,7 +6,9 @@ the inputs with ``--partitions/--partition-index``), tokenized by
 :mod:`~megatron_endprompt.data.encode` (Rust batches for HF fast tokenizers, else a worker
 pool) and streamed into Megatron's ``IndexedDatasetBuilder`` one document per sequence —
 exactly the ``.bin/.idx`` Megatron-LM's ``tools/preprocess_data.py`` writes — so one
-tokenization serves every layout. Outputs go to temporary names, committed all-or-nothing
+tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
+before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.early_encode`), its
+work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names, committed all-or-nothing
 under an exclusive prefix lock (:mod:`~megatron_endprompt.data.atomic_output`).
 """
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
+from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.encode import fast_encoded, pool_encoded, probe_fast_encoder
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
@@ -100,11 +103,32 @@ class PreprocessOptions:
 
 def preprocess(opts: PreprocessOptions) -> dict:
     """Run the pipeline; returns the summary (also stored in the sidecar header)."""
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
-
     paths = expand_inputs(opts.inputs)
     # encode_batch's rayon pool: --workers threads, as Megatron-LM uses --workers processes
     os.environ.setdefault("RAYON_RS_NUM_THREADS", str(opts.workers))
+    span = input_range(paths, opts.partition_index, opts.partitions)
+    early = _start_early(opts, span)  # tokenizes while torch/Megatron import below
+    try:
+        return _preprocess(opts, span, early)
+    finally:
+        if early is not None:
+            early.cancel()
+
+
+def _start_early(opts: PreprocessOptions, span) -> EarlyEncoding | None:
+    path = tokenizer_json(opts.tokenizer)
+    if path is None:
+        return None
+    try:
+        return EarlyEncoding(path, read_lines(span), json_keys=opts.json_keys,
+                             append_eod=opts.append_eod, spec=opts.tokenizer)
+    except Exception:  # a file transformers reads but tokenizers cannot: Megatron's path decides
+        return None
+
+
+def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> dict:
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+
     tokenizer = build_tokenizer(opts.tokenizer)  # fail fast, before any worker starts
     sidecar_opts = SidecarOptions(
         data_prefix=opts.prefix, layout=opts.layout, terminal_source=opts.terminal_source,
@@ -119,7 +143,6 @@ def preprocess(opts: PreprocessOptions) -> dict:
                 opts.layout.check_terminal_length(len(ids))
             except ValueError as exc:
                 raise UserError(str(exc)) from None
-    span = input_range(paths, opts.partition_index, opts.partitions)
     # lock, stale temporaries, crash-safe commit
     writer = PrefixWriter(opts.prefix, sidecar=sidecar_path(opts.prefix, opts.name))
     tmp = writer.tmp
@@ -129,10 +152,14 @@ def preprocess(opts: PreprocessOptions) -> dict:
         builder = IndexedDatasetBuilder(tmp[".bin"], dtype=DType.optimal_dtype(tokenizer.vocab_size))
         encoder = probe_fast_encoder(tokenizer, read_lines(span), json_keys=opts.json_keys,
                                      append_eod=opts.append_eod)
-        if encoder is not None:
+        docs = None if early is None else early.adopt(
+            encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
+        if docs is None and encoder is not None:
             docs = fast_encoded(read_lines(span), encoder, json_keys=opts.json_keys,
                                 vocab=tokenizer.vocab_size, spec=opts.tokenizer)
-        else:
+        elif docs is None:
+            if early is not None:  # its rayon pool ran: tokenizers would warn in forked workers
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             docs = pool_encoded(read_lines(span), spec=opts.tokenizer, json_keys=opts.json_keys,
                                 append_eod=opts.append_eod, workers=opts.workers)
         progress = _Progress(span.total_bytes, opts.progress, opts.log_interval)
