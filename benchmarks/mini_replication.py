@@ -65,13 +65,13 @@ METHODS = {
 SIZES = {
     "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, L0=320, L=1024,
                  P=256, ratio=None,
-                 base_iters=1200, base_mb=8, base_lr=3e-3, ft_iters=60, ft_docs=8,
+                 base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=60, ft_docs=8,
                  ft_lr=3e-4, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
                  log_interval=10, lengths="320,512,1024", samples=100, eval_batch=25,
                  ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g"),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, L0=128, L=384,
                   P=128, ratio=None,
-                  base_iters=2, base_mb=2, base_lr=3e-3, ft_iters=2, ft_docs=2, ft_lr=3e-4,
+                  base_iters=2, base_more=[], base_mb=2, base_lr=3e-3, ft_iters=2, ft_docs=2, ft_lr=3e-4,
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
                   methods="a,c"),
@@ -116,32 +116,55 @@ class Replication:
         return os.path.join(self.work, *p)
 
     def base(self) -> dict:
-        """Tokenizer, base documents and the base checkpoint, cached under their config."""
-        c, stamp = self.c, self.w("base_stamp.json")
-        key = {k: c[k] for k in BASE_KEYS}
-        if os.path.exists(stamp):
-            with open(stamp, encoding="utf-8") as f:
-                cached = json.load(f)
-            if cached["key"] == key:
-                print(f"base: reusing {self.w('ckpt_base')} (same configuration)", flush=True)
-                return cached["train"]
-        shutil.rmtree(self.w("ckpt_base"), ignore_errors=True)
-        data.make_tokenizer(self.work, vocab_size=c["vocab"], num_docs=600)
+        """Tokenizer, base documents and the base checkpoint, cached under their config.
+        Pretraining runs ``base_iters`` steps, then each of ``base_more`` as a further stage
+        from the previous one (``--finetune``: a fresh LR schedule, new documents)."""
+        c = self.c
+        key: dict = {k: c[k] for k in BASE_KEYS}
+        stages = [("ckpt_base", "base_stamp.json", c["base_iters"], None)]
+        for j, iters in enumerate(c["base_more"], 1):
+            stages.append((f"ckpt_base_more{j}", f"base_more{j}_stamp.json", iters,
+                           stages[-1][0]))
+        trains = []
+        for j, (ckpt, stamp_name, iters, load) in enumerate(stages):
+            if j:
+                key = {**key, "more": c["base_more"][:j]}
+            stamp = self.w(stamp_name)
+            self.base_ckpt = self.w(ckpt)
+            if os.path.exists(stamp):
+                with open(stamp, encoding="utf-8") as f:
+                    cached = json.load(f)
+                if cached["key"] == key:
+                    print(f"base: reusing {self.base_ckpt} (same configuration)", flush=True)
+                    trains.append(cached["train"])
+                    continue
+            trains.append(self._base_stage(j, ckpt, iters, load))
+            with open(stamp, "w", encoding="utf-8") as f:
+                json.dump({"key": key, "train": trains[-1]}, f)
+        out = dict(trains[-1])
+        out["stages"] = [{k: t[k] for k in ("step_ms", "train_wall_s")} for t in trains]
+        out["train_wall_s"] = round(sum(t["train_wall_s"] for t in trains), 1)
+        return out
+
+    def _base_stage(self, j: int, ckpt: str, iters: int, load: str | None) -> dict:
+        c = self.c
+        shutil.rmtree(self.w(ckpt), ignore_errors=True)
+        if j == 0:
+            data.make_tokenizer(self.work, vocab_size=c["vocab"], num_docs=600)
         count = data.token_counter(self.spm)
         lo = max(64, self.L0 // 4)
-        n_docs = int(c["base_iters"] * c["base_mb"] * 2 * self.L0 * 1.1 / ((lo + self.L0) / 2))
-        data.write_docs(self.w("base.jsonl"), num_docs=n_docs + 60, min_tokens=lo,
-                        max_tokens=self.L0, seed=11, count=count, fact_span=None)
-        ntok = data.write_plain_prefix(self.w("base.jsonl"), self.w("base_plain"), self.spm)
-        print(f"base data: {n_docs + 60} documents, {ntok} tokens", flush=True)
-        train = run.train("base", run.train_argv(
+        n_docs = int(iters * c["base_mb"] * 2 * self.L0 * 1.1 / ((lo + self.L0) / 2)) + 60
+        name = "base" if j == 0 else f"base_more{j}"
+        data.write_docs(self.w(f"{name}.jsonl"), num_docs=n_docs, min_tokens=lo,
+                        max_tokens=self.L0, seed=11 + 10 * j, count=count, fact_span=None)
+        ntok = data.write_plain_prefix(self.w(f"{name}.jsonl"), self.w(f"{name}_plain"),
+                                       self.spm)
+        print(f"{name} data: {n_docs} documents, {ntok} tokens", flush=True)
+        return run.train(name, run.train_argv(
             c, self.spm, self.work, seq=self.L0, target=2 * self.L0, pi=1.0, mb=c["base_mb"],
-            gbs=2 * c["base_mb"], iters=c["base_iters"], lr=c["base_lr"],
-            data_prefix=self.w("base_plain"), save=self.w("ckpt_base"), load=None, seed=1234,
-            replay=True), self.work)
-        with open(stamp, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "train": train}, f)
-        return train
+            gbs=2 * c["base_mb"], iters=iters, lr=c["base_lr"],
+            data_prefix=self.w(f"{name}_plain"), save=self.w(ckpt),
+            load=self.w(load) if load else None, seed=1234 + j, replay=True), self.work)
 
     def ft_data(self) -> None:
         """The fine-tuning documents (each ``L - 1`` tokens, fact early, recall at the end),
@@ -202,7 +225,7 @@ class Replication:
         entry["tokens_trained"] = entry["tokens_per_step"] * c["ft_iters"]
         entry.update(run.train(tag, run.train_argv(
             c, self.spm, self.work, pi=float(s), gbs=c["ft_docs"], iters=c["ft_iters"],
-            lr=c["ft_lr"], save=ckpt, load=self.w("ckpt_base"), seed=ft_seed, **kw),
+            lr=c["ft_lr"], save=ckpt, load=self.base_ckpt, seed=ft_seed, **kw),
             self.work))
         entry.update(self.export_eval(ckpt, tag, target=self.L, pi=float(s)))
         entry["wall_s"] = round(time.time() - t0, 1)
@@ -258,10 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     timings["base_s"] = time.time() - t0
     rep.ft_data()
     t0 = time.time()
-    results["base"]["eval"] = rep.export_eval(rep.w("ckpt_base"), "base_s1", target=None,
+    results["base"]["eval"] = rep.export_eval(rep.base_ckpt, "base_s1", target=None,
                                               pi=None)
     if "a" in methods:
-        ev = rep.export_eval(rep.w("ckpt_base"), "a", target=rep.L, pi=float(c["ratio"]))
+        ev = rep.export_eval(rep.base_ckpt, "a", target=rep.L, pi=float(c["ratio"]))
         results["methods"]["a"] = {"name": METHODS["a"], "tokens_trained": 0,
                                    "seeds": {"-": ev}}
     timings["base_eval_s"] = time.time() - t0
