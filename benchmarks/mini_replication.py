@@ -65,8 +65,8 @@ METHODS = {
 SIZES = {
     "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, L0=320, L=1024,
                  P=256, ratio=None,
-                 base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=60, ft_docs=8,
-                 ft_lr=3e-4, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
+                 base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=150,
+                 ft_docs=8, ft_lr=1e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
                  log_interval=10, lengths="320,512,1024", samples=100, eval_batch=25,
                  ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g"),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, L0=128, L=384,

@@ -88,10 +88,12 @@ def notes(results: dict) -> str:
     return (f"L0={c['L0']}, L={c['L']} (s={c['ratio']}), P={c['P']}; {c['ft_iters']} "
             f"fine-tuning steps x {c['ft_docs']} documents per method, LR {c['ft_lr']:g}; "
             f"EndPrompt b={c['terminal']}, w={c['w']:g} (prompt terminal w={c['prompt_w']:g}); "
-            f"{seeds} seed(s). Accuracy in % over {c['samples']} prompts per cell (NIAH: RULER "
-            f"niah_single_1; passkey: landmark, {max(1, c['samples'] // 5)} x 5 depths), mean [{interval}]; PPL: per-document "
+            f"{seeds} seed(s). Accuracy in % over {c['samples']} prompts per cell (NIAH: "
+            f"RULER niah_single_1; passkey: landmark, {max(1, c['samples'] // 5)} x 5 "
+            f"depths), mean [{interval}]; PPL: per-document "
             f"sliding window on {c['ppl_docs']} held-out documents (mean over seeds). Base: "
-            f"{c['base_iters']} + {sum(c.get('base_more', []))} steps at L0. Wall time {t.get('total_s', 0) / 60:.1f} min "
+            f"{c['base_iters']} + {sum(c.get('base_more', []))} "
+            f"steps at L0. Wall time {t.get('total_s', 0) / 60:.1f} min "
             f"(base {t.get('base_s', 0) / 60:.1f} min, "
             + ", ".join(f"{k[:-2]} {v / 60:.1f} min" for k, v in t.items()
                         if k.startswith("seed") or k == "sweep_s") + ").")
