@@ -1,98 +1,128 @@
-"""Data of the mini-replication (``mini_replication.py``): generated documents whose answer
-at the end depends on a fact stated far before it, a tokenizer, and the training prefixes.
+"""Data of the mini-replication (``mini_replication.py``): generated documents whose end recalls
+a fact stated earlier, a tokenizer, and the training prefixes.
 
-Three kinds of document, all ending with the recall of a fact stated earlier:
+Three kinds of document, each ending with the recall of a fact stated before it:
 
-* ``passkey``: the landmark-attention passkey format the evaluation tool uses (its intro,
-  its repeated filler, its needle and question, from :mod:`megatron_endprompt.evaluation.tasks`),
-  with the answer appended: ``... What is the pass key? The pass key is 12345.``
-* ``niah``: the RULER-style single-needle format of the evaluation tool (its intro, its essay
-  haystack sentences, its needle and question), answer appended.
-* ``fact``: :func:`megatron_endprompt.data.synthetic.document` (the repo's own corpus: a fact
-  at the start, its recall at the end).
+* ``passkey``: the evaluator's landmark-attention passkey prompt
+  (:func:`megatron_endprompt.evaluation.passkey.passkey_prompt`: task line, repeated garbage,
+  the key line, garbage, question) with the answer appended: ``... The pass key is 123.``;
+* ``niah``: the evaluator's RULER ``niah_single_1`` prompt (noise haystack, ``adjective-noun``
+  key, 7-digit value; RULER's singular template from
+  :func:`megatron_endprompt.evaluation.ruler_niah.niah_template`) with the answer appended;
+* ``fact``: :func:`megatron_endprompt.data.synthetic.document` (the repo's own corpus: a fact at
+  the start, its recall at the end; varied sentences, which makes the held-out PPL mean
+  something).
 
-Where the fact goes: in base-pretraining documents (at most ``L0`` tokens) at a uniform depth
-of the haystack; in fine-tuning documents (``L0`` to ``L`` tokens) within the first
-``fact_span`` haystack tokens, so that every document carries a dependency across (nearly) its
-whole length -- the property of the repo's synthetic corpus, and the dependency that
-EndPrompt's terminal anchoring targets. Every method is fine-tuned on the same documents.
-Keys and haystacks are drawn from a seed distinct from the evaluation's prompts.
+Base-pretraining documents (``L0 / 4 .. L0`` tokens) put the fact at a uniform depth.
+Fine-tuning documents are all ``L - 1`` tokens (at most; the last haystack unit may leave a
+few tokens short), one per training sequence of full-length fine-tuning with its EOD, and put
+the fact inside their first ``fact_span`` tokens: the first ``a`` tokens EndPrompt keeps then
+hold it, and the recall is in the document's tail -- the long-range dependency EndPrompt's
+terminal anchoring targets, spanning nearly the whole document. Every method is fine-tuned on
+the same documents. Keys and values come from seeds distinct from the evaluator's prompts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Callable
 
 import numpy as np
 
 from megatron_endprompt.data import synthetic
-from megatron_endprompt.evaluation import tasks as T
+from megatron_endprompt.evaluation import passkey as PK
+from megatron_endprompt.evaluation.ruler_niah import niah_template
+from megatron_endprompt.evaluation.ruler_sources import random_value
+from megatron_endprompt.evaluation.ruler_spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
 
 KINDS = ("passkey", "niah", "fact")
-KIND_PROBS = (0.45, 0.45, 0.1)
+KIND_PROBS = (0.4, 0.4, 0.2)
+NIAH_TASK = RULER_TASKS["niah_single_1"]
 
-_PASSKEY_SENTS = [s if s.endswith(".") else s + "." for s in T.PASSKEY_FILLER.split(". ")]
-_ESSAY = T._essay_pool()  # the NIAH haystack sentences of the evaluation tool
-
-
-def _draw_key(rng: np.random.Generator) -> str:
-    i = int(rng.integers(len(T._ADJECTIVES) * len(T._NOUNS)))
-    return f"{T._ADJECTIVES[i // len(T._NOUNS)]}-{T._NOUNS[i % len(T._NOUNS)]}"
+Count = Callable[[str], int]
 
 
-def document(rng: np.random.Generator, kind: str, n_tokens: int,
-             count: Callable[[str], int], fact_span: int | None) -> str:
-    """One document of about ``n_tokens`` tokens (``count`` measures a text piece).
-    ``fact_span=None``: the fact at a uniform depth of the haystack; else within its first
-    ``fact_span`` tokens."""
-    if kind == "fact":
-        name, key = str(rng.choice(synthetic.NAMES)), int(rng.integers(10000, 99999))
-        head = f"The pass key of {name} is {key}."
-        tail = f" The pass key of {name} was {key}."
-        sents = []
-        budget = n_tokens - count(head) - count(tail)
-        while budget > 0:
-            s = synthetic.sentence(rng)
-            sents.append(" " + s)
-            budget -= count(" " + s)
-        return head + "".join(sents) + tail
+def _largest(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    best = lo
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _passkey(rng: random.Random, n: int, count: Count, span: int | None) -> str:
+    key = rng.randint(1, 50000)
+    text = lambda c, d: PK.passkey_prompt(key, c, d) + f" {key}."  # noqa: E731
+    chars = _largest(lambda c: count(text(c, 0.5)) <= n, 0, 8 * n)
+    depth = rng.random()
+    if span is not None:  # the key line must end within the first ``span`` tokens
+        head = lambda d: PK.passkey_prompt(key, chars, d).split(  # noqa: E731
+            PK.FINAL_QUESTION)[0].split(PK.passkey_line(key))[0] + PK.passkey_line(key)
+        dmax = _largest(lambda i: count(head(i / 1000)) <= span, 0, 1000) / 1000
+        depth *= dmax
+    while chars > 0 and count(text(chars, depth)) > n:
+        chars -= 4
+    return text(chars, depth)
+
+
+def _niah(rng: random.Random, n: int, count: Count, span: int | None) -> str:
+    template, type_v = niah_template(NIAH_TASK)
+    key, value = random_value(rng, "words"), random_value(rng, "numbers")
+    needle = NIAH_NEEDLE.format(type_needle_v=type_v + "s", key=key, value=value)
+
+    def text(units: int, at: int) -> str:
+        sents = [NOISE_HAYSTACK] * units
+        sents.insert(at, needle)
+        return template.format(type_needle_v=type_v, context="\n".join(sents),
+                               query=key) + f" {value}."
+    units = _largest(lambda u: count(text(u, 0)) <= n, 0, n)
+    at = rng.randint(0, units)
+    if span is not None:
+        top = _largest(lambda i: count(text(units, i).split(needle)[0] + needle) <= span,
+                       0, units)
+        at = rng.randint(0, top)
+    return text(units, at)
+
+
+def _fact(rng: random.Random, n: int, count: Count) -> str:
+    nrng = np.random.default_rng(rng.getrandbits(32))
+    name, key = str(nrng.choice(synthetic.NAMES)), int(nrng.integers(10000, 99999))
+    head, tail = f"The pass key of {name} is {key}.", f" The pass key of {name} was {key}."
+    sents, budget = [], n - count(head) - count(tail)
+    while True:
+        s = " " + synthetic.sentence(nrng)
+        if budget - count(s) < 0:
+            break
+        sents.append(s)
+        budget -= count(s)
+    return head + "".join(sents) + tail
+
+
+def document(rng: random.Random, kind: str, n_tokens: int, count: Count,
+             fact_span: int | None) -> str:
+    """One document of at most ``n_tokens`` tokens (``count`` measures a text). ``fact_span``:
+    ``None`` puts the fact at a uniform depth, else within the first ``fact_span`` tokens."""
     if kind == "passkey":
-        key = int(rng.integers(1, 50001))
-        intro, needle = T.PASSKEY_INTRO, " " + T.passkey_needle(key)
-        tail = "\n" + T.PASSKEY_QUESTION + f" {key}."
-        pool, start = _PASSKEY_SENTS, int(rng.integers(len(_PASSKEY_SENTS)))
-        draw = lambda i: pool[(start + i) % len(pool)]  # noqa: E731 - the filler repeats
-    else:
-        key, value = _draw_key(rng), str(int(rng.integers(1_000_000, 10_000_000)))
-        intro, needle = T.NIAH_INTRO, " " + T.niah_needle(key, value)
-        tail = "\n" + T.NIAH_QUESTION.format(query=key) + f" {value}."
-        picks = rng.integers(0, len(_ESSAY), size=4 * n_tokens)
-        draw = lambda i: _ESSAY[int(picks[i % len(picks)])]  # noqa: E731
-    budget = n_tokens - count(intro + "\n") - count(needle) - count(tail)
-    hay, lens = [], []
-    while sum(lens) < budget:
-        s = " " + draw(len(hay))
-        hay.append(s)
-        lens.append(count(s))
-    ends = np.cumsum([0] + lens)
-    if fact_span is None:
-        at = int(rng.integers(0, len(hay) + 1))
-    else:
-        at = int(rng.integers(0, max(1, int(np.searchsorted(ends, fact_span, "right")))))
-    body = "".join(hay[:at]) + needle + "".join(hay[at:])
-    return intro + "\n" + body.lstrip(" ") + tail
+        return _passkey(rng, n_tokens, count, fact_span)
+    if kind == "niah":
+        return _niah(rng, n_tokens, count, fact_span)
+    return _fact(rng, n_tokens, count)
 
 
 def write_docs(path: str, *, num_docs: int, min_tokens: int, max_tokens: int, seed: int,
-               count: Callable[[str], int], fact_span: int | None) -> str:
+               count: Count, fact_span: int | None, kinds: tuple[str, ...] = KINDS,
+               probs: tuple[float, ...] = KIND_PROBS) -> str:
     """``num_docs`` JSONL documents ``{"text", "kind"}`` of ``min..max`` tokens."""
-    rng = np.random.default_rng(seed)
+    rng = random.Random(f"replication:{seed}")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         for _ in range(num_docs):
-            kind = str(rng.choice(KINDS, p=KIND_PROBS))
-            n = int(rng.integers(min_tokens, max_tokens + 1))
+            kind = rng.choices(kinds, weights=probs)[0]
+            n = rng.randint(min_tokens, max_tokens)
             f.write(json.dumps({"text": document(rng, kind, n, count, fact_span),
                                 "kind": kind}) + "\n")
     os.replace(path + ".tmp", path)
@@ -100,8 +130,9 @@ def write_docs(path: str, *, num_docs: int, min_tokens: int, max_tokens: int, se
 
 
 def make_tokenizer(workdir: str, *, vocab_size: int, num_docs: int = 600) -> str:
-    """A SentencePiece model (the repo's :func:`~megatron_endprompt.data.synthetic.train_sentencepiece`)
-    trained on a short sample of every document kind."""
+    """A SentencePiece model (the repo's
+    :func:`~megatron_endprompt.data.synthetic.train_sentencepiece`) trained on a short sample of
+    every document kind."""
     rough = lambda text: max(1, len(text) // 3)  # noqa: E731 - characters per token, roughly
     sample = write_docs(os.path.join(workdir, "tokenizer_corpus.jsonl"), num_docs=num_docs,
                         min_tokens=60, max_tokens=300, seed=7, count=rough, fact_span=None)
@@ -109,8 +140,8 @@ def make_tokenizer(workdir: str, *, vocab_size: int, num_docs: int = 600) -> str
                                          vocab_size=vocab_size)
 
 
-def token_counter(spm_model: str) -> Callable[[str], int]:
-    """Exact mid-text token count of a piece under the SentencePiece model (cached)."""
+def token_counter(spm_model: str) -> Count:
+    """Exact token count of a text under the SentencePiece model (cached)."""
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=spm_model)
@@ -119,14 +150,19 @@ def token_counter(spm_model: str) -> Callable[[str], int]:
     def count(text: str) -> int:
         n = cache.get(text)
         if n is None:
-            n = cache[text] = len(sp.encode(text))
+            n = len(sp.encode(text))
+            if len(text) < 400:
+                cache[text] = n
         return n
     return count
 
 
-def write_plain_prefix(jsonl: str, prefix: str, spm_model: str) -> int:
+def write_plain_prefix(jsonl: str, prefix: str, spm_model: str, *,
+                       pad_to: int | None = None) -> int:
     """Megatron ``.bin/.idx`` without a sidecar (plain data: contiguous positions), tokenized
-    by the same Megatron-Core tokenizer as preprocessing, EOD appended; returns its tokens."""
+    by the same Megatron-Core tokenizer as preprocessing, EOD appended; returns its tokens.
+    ``pad_to``: every document is filled up with EOD tokens to exactly this many tokens, so
+    that Megatron's windows of ``seq_length`` (stride ``seq_length``) hold one document each."""
     from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
     from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
@@ -137,8 +173,13 @@ def write_plain_prefix(jsonl: str, prefix: str, spm_model: str) -> int:
     total = 0
     with open(jsonl, encoding="utf-8") as f:
         for line in f:
-            ids = np.asarray(tok.tokenize(json.loads(line)["text"]) + [tok.eod], dtype=np.int64)
-            builder.add_document(ids, [len(ids)])
+            ids = tok.tokenize(json.loads(line)["text"]) + [tok.eod]
+            if pad_to is not None:
+                if len(ids) > pad_to:
+                    raise ValueError(f"{jsonl}: a document has {len(ids)} tokens with its EOD, "
+                                     f"more than {pad_to}")
+                ids += [tok.eod] * (pad_to - len(ids))
+            builder.add_document(np.asarray(ids, dtype=np.int64), [len(ids)])
             total += len(ids)
     builder.finalize(prefix + ".idx")
     return total

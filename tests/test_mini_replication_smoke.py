@@ -1,70 +1,99 @@
 """The mini-replication (``benchmarks/mini_replication.py``) in its CI form: ``--smoke`` runs the
 whole pipeline -- generated data, a tokenizer, our preprocessing, base pretraining and one
-EndPrompt fine-tuning under torchrun (2 CPU ranks), export, evaluation -- at the tiniest sizes.
-The full form (the README table) is run by hand: ``make replicate``."""
+EndPrompt fine-tuning under torchrun (2 CPU ranks), export, evaluation (RULER niah_single_1,
+passkey, PPL), statistics, tables and figure -- at the tiniest sizes. The full form (the README
+tables) is run by hand: ``make replicate`` / ``--seeds 3 --sweep``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "mini_replication.py")
+BENCH = os.path.join(ROOT, "benchmarks")
+SCRIPT = os.path.join(BENCH, "mini_replication.py")
+sys.path.insert(0, BENCH)
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("mini_replication", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import replication_data as data  # noqa: E402
+import replication_report as report  # noqa: E402
+import replication_run as run  # noqa: E402
+import replication_stats as stats  # noqa: E402
 
 
 def test_method_layouts_are_the_documented_ones():
-    mod = _module()
-    c = mod.SIZES["full"]
-    fixed = mod.layout_flags("c", c, 1.0)
+    kw = dict(terminal=64, w=1.0, prompt_w=0.1)
+    fixed = run.layout_flags("c", **kw)
     assert fixed[:2] == ["--placement", "fixed"] and "document-tail" in fixed
-    assert mod.layout_flags("d", c, 0.5)[:2] == ["--placement", "random"]
-    pose = mod.layout_flags("e", c, 0.5)  # PoSE: no anchored tail, uniform weight
+    assert run.layout_flags("d", **kw)[:2] == ["--placement", "random"]
+    pose = run.layout_flags("e", **{**kw, "w": 0.5})  # PoSE: no anchored tail, uniform weight
     assert "continuation" in pose and pose[pose.index("--terminal-length") + 1] == "1"
     assert pose[pose.index("--terminal-loss-weight") + 1] == "1"
-    et = mod.layout_flags("f", c, 0.5)
+    et = run.layout_flags("f", **{**kw, "w": 0.5})
     assert et[et.index("--pose-chunks") + 1] == "2" and "document-tail" in et
     assert et[et.index("--terminal-loss-weight") + 1] == "0.5"
-    # equal token budget per step: (b) 2 x L tokens, the others 2 * ratio x L0
-    assert 2 * c["L0"] * c["ratio"] == 2 * c["ratio"] * c["L0"]
+    ep = run.layout_flags("g", **kw)
+    assert "prompt" in ep and ep[ep.index("--terminal-loss-weight") + 1] == "0.1"
 
 
-def test_table_is_relative_to_full_length_finetuning():
-    mod = _module()
-    ev = {"passkey": {"256": 1.0, "512": 0.5}, "ppl": {"256": 3.0, "512": None}}
+def test_wilson_and_t_intervals():
+    lo, hi = stats.wilson(50, 100)
+    assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3  # textbook values
+    lo, hi = stats.wilson(0, 100)
+    assert lo < 1e-12 and 0.03 < hi < 0.04
+    lo, hi = stats.t_interval([0.8, 0.9, 1.0])  # mean 0.9, sd 0.1, t(2) = 4.303
+    assert abs(lo - (0.9 - 4.303 * 0.1 / 3 ** 0.5)) < 1e-6 and hi == 1.0
+    assert stats.t_interval([0.5]) is None
+    c = stats.cell([(8, 10), (10, 10)])
+    assert c["mean"] == 0.9 and c["k"] == 18 and c["n"] == 20 and c["shown"] == c["t95"]
+
+
+def test_fine_tuning_documents_hold_the_fact_early_and_the_recall_last():
+    count = lambda text: len(text.split())  # noqa: E731 - any monotone counter will do
+    rng = random.Random(0)
+    for kind in ("passkey", "niah"):
+        text = data.document(rng, kind, 400, count, fact_span=60)
+        assert count(text) <= 400
+        answer = text.rsplit(" ", 1)[1].rstrip(".")
+        first = text.find(answer)
+        assert first >= 0 and count(text[:first]) <= 60, kind
+        assert text.endswith(f" {answer}.")
+
+
+def test_tables_show_every_cell_with_its_interval():
+    cell = {"counts": {"niah_single_1": {"320": [9, 10], "1024": [5, 10]},
+                       "passkey": {"320": [10, 10], "1024": [0, 10]}},
+            "ppl": {"320": 3.0, "1024": 2.5}}
     results = {
-        "config": {"lengths": "256,512", "tasks": "passkey,ppl", "L0": 128, "L": 512,
-                   "P": 128, "ratio": 4, "ft_iters": 2, "gbs_full_length": 2, "gbs_short": 8,
-                   "terminal": 16, "terminal_loss_weight": 1.0, "samples": 1, "depths": "0.5",
-                   "ppl_windows": 1, "base_iters": 2},
+        "config": {"lengths": "320,1024", "L0": 320, "L": 1024, "P": 256, "ratio": 4,
+                   "ft_iters": 2, "ft_docs": 8, "ft_lr": 3e-4, "terminal": 64, "w": 1.0,
+                   "prompt_w": 0.1, "seeds": 2, "samples": 10, "ppl_docs": 2,
+                   "base_iters": 2},
         "methods": {
-            "a": {"name": "PI only", "tokens_trained": 0, "eval": ev},
-            "b": {"name": "full", "tokens_trained": 2048, "step_ms": 200.0,
-                  "peak_rss_mib": 1000.0, "eval": ev},
-            "c": {"name": "EndPrompt fixed", "tokens_trained": 2048, "step_ms": 50.0,
-                  "peak_rss_mib": 900.0, "eval": ev},
+            "b": {"name": "full", "seeds": {"0": {**cell, "step_ms": 200.0,
+                                                  "peak_rss_mib": 1000.0,
+                                                  "tokens_per_step": 8192}}},
+            "c": {"name": "EndPrompt fixed", "seeds": {
+                "0": {**cell, "step_ms": 50.0, "peak_rss_mib": 900.0, "tokens_per_step": 2048},
+                "1": {**cell, "step_ms": 50.0, "peak_rss_mib": 900.0,
+                      "tokens_per_step": 2048}}},
         },
         "timings_s": {"total_s": 60.0},
     }
-    table = mod.markdown(results)
-    lines = table.splitlines()
-    assert lines[0].startswith("| method | tokens | step ms | step vs (b)")
+    results["summary"] = {m: stats.summarize(e["seeds"], report.TASKS)
+                          for m, e in results["methods"].items()}
+    results["summary"]["base"] = stats.summarize({"-": cell}, report.TASKS)
+    lines = report.main_table(results).splitlines()
+    assert lines[0].startswith("| method | tokens/step | step vs (b) | RSS vs (b)")
     row_c = next(line for line in lines if line.startswith("| (c)"))
-    assert "| 0.25x |" in row_c and "| 0.90x |" in row_c
-    assert "| 100 | 50 | 3.00 | n/a |" in row_c
-    row_a = next(line for line in lines if line.startswith("| (a)"))
-    assert "| - | - | - | - |" in row_a
+    # two identical seeds: a zero-width t interval; one seed: the cell's Wilson interval
+    assert "| 2,048 | 0.25x | 0.90x | 90 [90-90] | 50 [50-50] |" in row_c
+    row_b = next(line for line in lines if line.startswith("| (b)"))
+    assert "| 90 [60-98] |" in row_b and "| 0 [0-28] |" in row_b and "| 2.50 |" in row_b
 
 
 @pytest.mark.slow
@@ -76,17 +105,18 @@ def test_smoke_run_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     cfg = res["config"]
-    assert set(res["methods"]) == {"a", "c"}
-    assert res["base"]["step_ms"] > 0 and res["base"]["peak_rss_mib"] > 100
-    c = res["methods"]["c"]
-    assert c["tokens_trained"] == cfg["ft_iters"] * cfg["gbs_short"] * cfg["P"]
+    assert set(res["methods"]) == {"a", "c"} and cfg["ratio"] == 3  # s = ceil(384 / 128)
+    assert res["base"]["train"]["step_ms"] > 0
+    c = res["methods"]["c"]["seeds"]["0"]
+    assert c["tokens_trained"] == cfg["ft_iters"] * cfg["ft_docs"] * cfg["P"]
     assert c["step_ms"] > 0 and c["peak_rss_mib"] > 100 and c["losses"]
     for m in ("a", "c"):
-        ev = res["methods"][m]["eval"]
-        assert 0.0 <= ev["passkey"]["256"] <= 1.0
-        assert ev["ppl"]["256"] > 1.0
-        assert os.path.isfile(tmp_path / "work" / f"hf_{m}" / "config.json")
-    hf_cfg = json.loads((tmp_path / "work" / "hf_c" / "config.json").read_text())
+        cell = res["summary"][m]["niah_single_1"]["384"]
+        assert cell["n"] == cfg["samples"] and 0.0 <= cell["mean"] <= 1.0
+        assert cell["shown"][0] <= cell["mean"] <= cell["shown"][1]
+        assert res["summary"][m]["ppl"]["384"]["mean"] > 1.0
+    hf_cfg = json.loads((tmp_path / "work" / "hf_c_seed0" / "config.json").read_text())
     assert hf_cfg["max_position_embeddings"] == cfg["L"]
     table = (tmp_path / "result.md").read_text()
-    assert "| (c) EndPrompt fixed |" in table and "| (a) PI only (no training) |" in table
+    assert "| (c) EndPrompt fixed |" in table and "| base, s=1 (no PI) |" in table
+    assert (tmp_path / "result.png").stat().st_size > 1000

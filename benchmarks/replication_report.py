@@ -1,0 +1,173 @@
+"""Tables and figure of the mini-replication, from its results JSON only (so a committed JSON
+re-renders them: ``python benchmarks/replication_report.py RESULTS.json``).
+
+Main table: one row per method (the base at ``s = 1`` first), accuracy per task and length as
+``mean [95% interval]`` in percent (intervals: ``replication_stats``), PPL per length, tokens
+per step, step time and peak RSS relative to full-length fine-tuning (b). Sweep table: the best
+placement with one knob changed, one seed. Figure: accuracy against length per method with
+interval bands (one panel per task) and PPL against length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import replication_stats as stats
+
+TASKS = ("niah_single_1", "passkey")
+SHORT = {"niah_single_1": "NIAH", "passkey": "passkey"}
+
+
+def _mean(entries: list[dict], key: str) -> float | None:
+    vals = [e[key] for e in entries if e.get(key) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _lengths(results: dict) -> list[str]:
+    return [n.strip() for n in str(results["config"]["lengths"]).split(",")]
+
+
+def main_table(results: dict) -> str:
+    lengths, summ = _lengths(results), results["summary"]
+    head = ["method", "tokens/step", "step vs (b)", "RSS vs (b)"]
+    head += [f"{SHORT[t]} {n}" for t in TASKS for n in lengths]
+    head += [f"PPL {n}" for n in lengths]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ref = list(results["methods"].get("b", {}).get("seeds", {}).values())
+    ref_step, ref_rss = _mean(ref, "step_ms"), _mean(ref, "peak_rss_mib")
+
+    def row(label: str, s: dict, entries: list[dict]) -> str:
+        step, rss = _mean(entries, "step_ms"), _mean(entries, "peak_rss_mib")
+        tps = entries[0].get("tokens_per_step") if entries else None
+        cells = [label, f"{tps:,}" if tps else "-",
+                 f"{step / ref_step:.2f}x" if step and ref_step else "-",
+                 f"{rss / ref_rss:.2f}x" if rss and ref_rss else "-"]
+        cells += [stats.fmt_cell(s.get(t, {}).get(n)) for t in TASKS for n in lengths]
+        ppl = s.get("ppl", {})
+        cells += [f"{ppl[n]['mean']:.2f}" if n in ppl else "n/a" for n in lengths]
+        return "| " + " | ".join(cells) + " |"
+    rows.append(row("base, s=1 (no PI)", summ["base"], []))
+    for m, e in results["methods"].items():
+        rows.append(row(f"({m}) {e['name']}", summ[m], list(e["seeds"].values())))
+    return "\n".join(rows)
+
+
+def sweep_table(results: dict) -> str:
+    sw = results.get("sweep")
+    if not sw:
+        return ""
+    L = str(results["config"]["L"])
+    m = sw["placement"]
+    d = sw["default"]
+    head = ["run", *(f"{SHORT[t]} {n}" for t in TASKS for n in (str(results['config']['L0']),
+                                                                  L)), f"PPL {L}"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base_runs = {"0": results["methods"][m]["seeds"]["0"]} if "0" in \
+        results["methods"].get(m, {}).get("seeds", {}) else {}
+    entries = [(f"({m}) b={d['terminal']}, w={d['w']:g}, s={d['s']} (main table, seed 0)",
+                stats.summarize(base_runs, TASKS) if base_runs else None)]
+    entries += [(f"({m}) {label}", r["summary"]) for label, r in sw["runs"].items()]
+    L0 = str(results["config"]["L0"])
+    for label, s in entries:
+        if s is None:
+            continue
+        cells = [label] + [stats.fmt_cell(s.get(t, {}).get(n)) for t in TASKS for n in (L0, L)]
+        ppl = s.get("ppl", {}).get(L)
+        cells.append(f"{ppl['mean']:.2f}" if ppl else "n/a")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def notes(results: dict) -> str:
+    c, t = results["config"], results.get("timings_s", {})
+    seeds = c["seeds"]
+    interval = ("Student-t 95% interval over the seeds" if seeds > 1
+                else "Wilson 95% interval of the cell")
+    return (f"L0={c['L0']}, L={c['L']} (s={c['ratio']}), P={c['P']}; {c['ft_iters']} "
+            f"fine-tuning steps x {c['ft_docs']} documents per method, LR {c['ft_lr']:g}; "
+            f"EndPrompt b={c['terminal']}, w={c['w']:g} (prompt terminal w={c['prompt_w']:g}); "
+            f"{seeds} seed(s). Accuracy in % over {c['samples']} prompts per cell (NIAH: "
+            f"RULER niah_single_1; passkey: landmark, {max(1, c['samples'] // 5)} x 5 "
+            f"depths), mean [{interval}]; PPL: per-document "
+            f"sliding window on {c['ppl_docs']} held-out documents (mean over seeds). Base: "
+            f"{c['base_iters']} + {sum(c.get('base_more', []))} "
+            f"steps at L0. Wall time {t.get('total_s', 0) / 60:.1f} min "
+            f"(base {t.get('base_s', 0) / 60:.1f} min, "
+            + ", ".join(f"{k[:-2]} {v / 60:.1f} min" for k, v in t.items()
+                        if k.startswith("seed") or k == "sweep_s") + ").")
+
+
+def figure(results: dict, path: str) -> str | None:
+    """Accuracy vs length per method with interval bands (a panel per task) + PPL vs length."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("warning: matplotlib is not installed; no figure", file=sys.stderr)
+        return None
+    lengths = [int(n) for n in _lengths(results)]
+    summ = results["summary"]
+    labels = {"base": "base, s=1"}
+    labels.update({m: f"({m}) {e['name']}" for m, e in results["methods"].items()})
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    for ax, task in zip(axes, TASKS):
+        for m, label in labels.items():
+            cells = [summ[m].get(task, {}).get(str(n)) for n in lengths]
+            xs = [n for n, cl in zip(lengths, cells) if cl]
+            if not xs:
+                continue
+            mean = [100 * cl["mean"] for cl in cells if cl]
+            lo = [100 * cl["shown"][0] for cl in cells if cl]
+            hi = [100 * cl["shown"][1] for cl in cells if cl]
+            style = "--" if m == "base" else "-"
+            (line,) = ax.plot(xs, mean, style, marker="o", label=label)
+            ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+        ax.set(xscale="log", xlabel="context length (tokens)", ylabel="accuracy (%)",
+               ylim=(-3, 103), title=f"{SHORT[task]} ({task})")
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.axvline(results["config"]["L0"], color="grey", lw=0.8, ls=":")
+    ax = axes[2]
+    for m, label in labels.items():
+        ppl = summ[m].get("ppl", {})
+        xs = [n for n in lengths if str(n) in ppl]
+        if xs:
+            ax.plot(xs, [ppl[str(n)]["mean"] for n in xs], "--" if m == "base" else "-",
+                    marker="o", label=label)
+    ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="PPL",
+           title="held-out PPL")
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    axes[0].legend(fontsize=7, loc="lower left")
+    c = results["config"]
+    fig.suptitle(f"Mini-replication: L0={c['L0']} -> L={c['L']} (s={c['ratio']}), "
+                 f"{c['seeds']} seed(s), {c['samples']} prompts/cell, 95% bands")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_all(results: dict, out_json: str) -> list[str]:
+    """``.md`` (tables + notes) and ``.png`` beside ``out_json``; returns the paths."""
+    stem = os.path.splitext(out_json)[0]
+    text = main_table(results) + "\n\n" + notes(results) + "\n"
+    sw = sweep_table(results)
+    if sw:
+        text += f"\nSweep on the best placement ({results['sweep']['placement']}), one seed:\n\n" \
+                + sw + "\n"
+    with open(stem + ".md", "w", encoding="utf-8") as f:
+        f.write(text)
+    out = [stem + ".md"]
+    png = figure(results, stem + ".png")
+    if png:
+        out.append(png)
+    return out
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as f:
+        res = json.load(f)
+    print("wrote " + ", ".join(write_all(res, sys.argv[1])))
