@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import multiprocessing
 import os
 import platform
 import resource
@@ -59,6 +58,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_ceiling import time_ceiling  # noqa: E402
+from megatron_loop_replica import replica_preprocess  # noqa: E402
 REPO = os.path.dirname(HERE)
 
 
@@ -138,43 +141,6 @@ def megatron_cmd(jsonl: str, prefix: str, tok: tuple[str, str], args) -> list[st
             "--tokenizer-model", tok[1], "--workers", str(args.workers), "--append-eod"]
 
 
-class Encoder:
-    """Replica of Megatron-LM's ``Encoder`` (used only without ``--megatron-lm``)."""
-
-    def __init__(self, tok: tuple[str, str], append_eod: bool) -> None:
-        self.tok = tok
-        self.append_eod = append_eod
-
-    def initializer(self) -> None:
-        from megatron_endprompt.compat import build_megatron_tokenizer
-
-        Encoder.tokenizer = build_megatron_tokenizer(*self.tok)
-
-    def encode(self, json_line: str) -> tuple[list[int], int]:
-        text = json.loads(json_line)["text"]
-        ids = Encoder.tokenizer.tokenize(text)
-        if len(ids) > 0 and self.append_eod:
-            ids.append(Encoder.tokenizer.eod)
-        return ids, len(json_line)
-
-
-def replica_preprocess(jsonl: str, prefix: str, tok: tuple[str, str], workers: int) -> None:
-    """Write ``prefix.bin/.idx`` with the replica of Megatron-LM's loop (in-process)."""
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
-
-    from megatron_endprompt.compat import build_megatron_tokenizer
-
-    tokenizer = build_megatron_tokenizer(*tok)
-    encoder = Encoder(tok, append_eod=True)
-    with multiprocessing.Pool(workers, initializer=encoder.initializer) as pool, \
-            open(jsonl, encoding="utf-8") as fin:
-        builder = IndexedDatasetBuilder(prefix + ".bin",
-                                        dtype=DType.optimal_dtype(tokenizer.vocab_size))
-        for ids, _ in pool.imap(encoder.encode, fin, 32):
-            builder.add_document(ids, [len(ids)])
-        builder.finalize(prefix + ".idx")
-
-
 def cpu_seconds() -> float:
     """User + system CPU time of this process and of its reaped children (pool workers)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
@@ -222,47 +188,6 @@ def time_preprocessing(args, w, tok) -> dict:
         wall, cpu, rss = run_timed(ours_cmd(w("long.jsonl"), w("long"), tok, args), ours_env)
         out["long_line"] = {"mb": args.long_line_mb, "wall": wall, "peak_rss_mib": rss}
     return out
-
-
-# -- the ceiling: bare Rust encoding ------------------------------------------------------
-def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int) -> None:
-    """In a fresh process whose rayon pool has ``RAYON_RS_NUM_THREADS`` threads: read every
-    document into memory, then time ``Tokenizer.encode_batch_fast`` alone over them (no I/O,
-    no start-up, no writing), in batches of 1,024 documents (ours) and in one call; print the
-    best of ``trials`` per batch size as JSON (tokens count one EOD per document)."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
-    with open(jsonl, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f]
-    out = {}
-    for size in (1024, len(texts)):
-        best = None
-        for _ in range(trials):
-            t0, c0 = time.perf_counter(), time.process_time()
-            n = 0
-            for i in range(0, len(texts), size):
-                n += sum(len(e.ids) + 1 for e in tok.encode_batch_fast(
-                    texts[i : i + size], add_special_tokens=True))
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if best is None or wall < best["wall"]:
-                best = {"tokens": n, "wall": wall, "cpu": cpu}
-        out[str(size)] = best
-    print(json.dumps(out))
-
-
-def time_ceiling(args, w, tok_dir: str) -> dict:
-    """The best of :func:`ceiling_child` over batch sizes, with ``--workers`` rayon threads."""
-    env = dict(os.environ, RAYON_RS_NUM_THREADS=str(args.workers),
-               PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
-    res = subprocess.run(
-        [sys.executable, "-c", "import sys, bench_data_path as b; "
-         "b.ceiling_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))",
-         w("input.jsonl"), tok_dir, str(args.trials)],
-        env=env, check=True, capture_output=True, text=True)
-    runs = json.loads(res.stdout.strip().splitlines()[-1])
-    size, best = min(runs.items(), key=lambda kv: kv[1]["wall"])
-    return {"batch_docs": int(size), **best, "runs": runs}
 
 
 # -- datasets -----------------------------------------------------------------------------
@@ -364,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     net = {k: max(best[k] - start[k], 1e-9) for k in best}
     cpu = {k: min(pre[k]["cpu"]) for k in best}
     cpu_net = {k: max(cpu[k] - min(pre[k]["startup_cpu"]), 1e-9) for k in best}
-    ceiling = time_ceiling(args, w, tok[1]) if args.tokenizer == "hf" else None
+    ceiling = (time_ceiling(args.workers, args.trials, w("input.jsonl"), tok[1])
+               if args.tokenizer == "hf" else None)
     if ceiling is not None and ceiling["tokens"] != tokens:
         sys.exit(f"ceiling: {ceiling['tokens']:,} tokens from the bare tokenizer, "
                  f"{tokens:,} in our .bin")

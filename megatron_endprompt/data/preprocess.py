@@ -8,8 +8,8 @@ pool) and streamed into Megatron's ``IndexedDatasetBuilder`` one document per se
 exactly the ``.bin/.idx`` Megatron-LM's ``tools/preprocess_data.py`` writes — so one
 tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
 before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.early_encode`), its
-work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names, committed all-or-nothing
-under an exclusive prefix lock (:mod:`~megatron_endprompt.data.atomic_output`).
+work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names,
+committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprompt.data.atomic_output`).
 """
 
 from __future__ import annotations
