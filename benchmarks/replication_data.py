@@ -44,26 +44,20 @@ NIAH_TASK = RULER_TASKS["niah_single_1"]
 Count = Callable[[str], int]
 
 
-def _largest(fits: Callable[[int], bool], lo: int, hi: int) -> int:
-    best = lo
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return best
+def _largest(fits: Callable[[int], bool], hi: int) -> int:
+    """The largest ``n`` in ``[0, hi]`` that fits the budget (0 if none)."""
+    return PK.largest_fitting(fits, hi) or 0
 
 
 def _passkey(rng: random.Random, n: int, count: Count, span: int | None) -> str:
     key = rng.randint(1, 50000)
     text = lambda c, d: PK.passkey_prompt(key, c, d) + f" {key}."  # noqa: E731
-    chars = _largest(lambda c: count(text(c, 0.5)) <= n, 0, 8 * n)
+    chars = _largest(lambda c: count(text(c, 0.5)) <= n, 8 * n)
     depth = rng.random()
     if span is not None:  # the key line must end within the first ``span`` tokens
         head = lambda d: PK.passkey_prompt(key, chars, d).split(  # noqa: E731
             PK.FINAL_QUESTION)[0].split(PK.passkey_line(key))[0] + PK.passkey_line(key)
-        dmax = _largest(lambda i: count(head(i / 1000)) <= span, 0, 1000) / 1000
+        dmax = _largest(lambda i: count(head(i / 1000)) <= span, 1000) / 1000
         depth *= dmax
     while chars > 0 and count(text(chars, depth)) > n:
         chars -= 4
@@ -80,11 +74,11 @@ def _niah(rng: random.Random, n: int, count: Count, span: int | None) -> str:
         sents.insert(at, needle)
         return template.format(type_needle_v=type_v, context="\n".join(sents),
                                query=key) + f" {value}."
-    units = _largest(lambda u: count(text(u, 0)) <= n, 0, n)
+    units = _largest(lambda u: count(text(u, 0)) <= n, n)
     at = rng.randint(0, units)
     if span is not None:
         top = _largest(lambda i: count(text(units, i).split(needle)[0] + needle) <= span,
-                       0, units)
+                       units)
         at = rng.randint(0, top)
     return text(units, at)
 

@@ -48,7 +48,9 @@ def passkey_prompt(key: int, n_garbage: int, depth: float) -> str:
                       _garbage(n_garbage - prefix), FINAL_QUESTION])
 
 
-def _largest(fits: Callable[[int], bool], hi: int) -> int | None:
+def largest_fitting(fits: Callable[[int], bool], hi: int) -> int | None:
+    """The largest ``n`` in ``[0, hi]`` with ``fits(n)`` (``fits`` true up to some ``n``, then
+    false: a token budget), by bisection; ``None`` if not even ``fits(0)``."""
     lo, best = 0, None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -68,7 +70,7 @@ def make_passkey_samples(tokens: TextTokens, *, lengths: list[int], depths: list
         budget = length - MAX_NEW_TOKENS
         # the widest key at the middle depth sizes the garbage; a sample that still does not
         # fit (tokenization differs at the cut points) loses characters until it does
-        n = _largest(lambda c: tokens.count(passkey_prompt(50000, c, 0.5)) <= budget,
+        n = largest_fitting(lambda c: tokens.count(passkey_prompt(50000, c, 0.5)) <= budget,
                      hi=8 * length)
         if n is None:
             raise ValueError(f"passkey: length {length} is too short for the prompt without "
