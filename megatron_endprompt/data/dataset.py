@@ -36,6 +36,7 @@ the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -285,14 +286,11 @@ class EndPromptGPTDataset(GPTDataset):
         sample_index = self._load_or_build_sample_index()
         return sample_index, None, None
 
-    @property
+    @functools.cached_property
     def _units(self) -> np.ndarray:
         """The split's samples (stored sequences, or spans samples inside the split): only
         needed to build the sample index, so a rank that finds it cached never computes it."""
-        if getattr(self, "_units_cache", None) is None:
-            self._units_cache = self.indices if self.sidecar.sources is None else \
-                self._samples_in_split()
-        return self._units_cache
+        return self.indices if self.sidecar.sources is None else self._samples_in_split()
 
     def _samples_in_split(self) -> np.ndarray:
         """Spans sidecar: the samples whose every token lies in this split's sequences

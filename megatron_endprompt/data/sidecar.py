@@ -143,13 +143,19 @@ class SidecarHeader:
         return LayoutConfig(**self.layout)
 
 
-def records_crc32(records: np.ndarray) -> int:
-    """CRC-32 of ``records``' bytes, computed in 8 MiB row chunks (no whole copy)."""
+def chunked_crc32(array: np.ndarray, *, dtype: str) -> int:
+    """CRC-32 of ``array``'s bytes as ``dtype``, in 8 MiB row chunks (a memory map is never
+    copied whole)."""
     crc = 0
-    rows = max(1, _CHUNK // max(1, records.itemsize * int(np.prod(records.shape[1:]))))
-    for start in range(0, len(records), rows):
-        crc = zlib.crc32(np.ascontiguousarray(records[start : start + rows], dtype="<i4"), crc)
+    rows = max(1, _CHUNK // max(1, np.dtype(dtype).itemsize * int(np.prod(array.shape[1:]))))
+    for start in range(0, len(array), rows):
+        crc = zlib.crc32(np.ascontiguousarray(array[start : start + rows], dtype=dtype), crc)
     return crc
+
+
+def records_crc32(records: np.ndarray) -> int:
+    """CRC-32 of the int32 ``records`` (:func:`chunked_crc32`)."""
+    return chunked_crc32(records, dtype="<i4")
 
 
 def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
@@ -173,11 +179,10 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
                          f"{header.num_samples}")
     header.records_crc32 = records_crc32(records)
     if sources is not None:
-        sources = np.ascontiguousarray(sources, dtype="<i8")
-        if sources.ndim != 1 or not header.sources:
+        if np.ndim(sources) != 1 or not header.sources:
             raise ValueError("sources must be 1-D and need header.sources")
         header.sources["length"] = len(sources)
-        header.sources["crc32"] = zlib.crc32(sources)
+        header.sources["crc32"] = chunked_crc32(sources, dtype="<i8")
     elif header.sources:
         raise ValueError("header.sources is set but no sources array was given")
     validate_header(asdict(header), path)
@@ -192,7 +197,8 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
             f.write(np.ascontiguousarray(records[start : start + rows], dtype="<i4").tobytes())
         if sources is not None:  # in chunks: a memory-mapped array is never copied whole
             for start in range(0, len(sources), _CHUNK // 8):
-                f.write(sources[start : start + _CHUNK // 8].tobytes())
+                f.write(np.ascontiguousarray(sources[start : start + _CHUNK // 8],
+                                             dtype="<i8").tobytes())
 
 
 @dataclass(kw_only=True)

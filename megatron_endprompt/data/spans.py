@@ -199,14 +199,10 @@ class SpanIndex:
             hi = min(lo + block, self.n)
             yield (lo, hi, *self.block(lo, hi))
 
-    def extent(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """First and one-past-last stream offsets each sample of ``lo:hi`` reads (int64
-        ``[hi - lo]`` each; a sample of markers only: ``(int64 max, 0)``)."""
-        ptr, pieces = self.block(lo, hi)
-        return _extent(ptr, pieces)
-
 
 def _extent(ptr: np.ndarray, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and one-past-last stream offsets each sample of a block (:meth:`SpanIndex.block`)
+    reads (int64 ``[len(ptr) - 1]`` each; a sample of markers only: ``(int64 max, 0)``)."""
     if len(ptr) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     start, length = pieces[:, 0], pieces[:, 1]
@@ -251,14 +247,22 @@ def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np
     return out[:k] if 2 * k >= len(out) else out[:k].copy()
 
 
+def _run_blocks(index: SpanIndex, block: int):
+    """``(part, count)`` per block of window runs: ``part`` the block's runs ``[k(+1), 2]``
+    plus the next run (whose first sample ends this block's last run), ``count [k]`` the
+    windows of each run of the block (the last run of all ends at sample ``N``)."""
+    runs, _ = index._v()
+    R = len(runs)
+    for a in range(0, R, block):
+        part = np.array(runs[a : min(a + block, R) + 1])
+        yield part, np.append(np.diff(part[:, 0]), index.n - part[-1, 0])[: min(block, R - a)]
+
+
 def _windows_within(index: SpanIndex, lo: int, hi: int, block: int):
     """``(first sample, count)`` per run of windows: the run's windows that lie in ``[lo, hi)``
     are consecutive samples (window ``j`` reads ``token + j * P`` to ``token + j * P + P + 1``)."""
-    runs, _ = index._v()
-    R, P = len(runs), index.P
-    for a in range(0, R, block):
-        part = np.array(runs[a : min(a + block, R) + 1])  # one run of overlap: its next start
-        count = np.append(np.diff(part[:, 0]), index.n - part[-1, 0])[: min(block, R - a)]
+    P = index.P
+    for part, count in _run_blocks(index, block):
         first, token = part[: len(count), 0], part[: len(count), 1]
         j0 = np.maximum(0, -((token - lo) // P))  # first window starting at or after lo
         j1 = np.minimum(count, (hi - P - 1 - token) // P + 1)  # windows ending at or before hi
@@ -272,15 +276,12 @@ def verify_sources(sidecar, rebuild: str, *, block: int | None = None) -> None:
     pieces add up to ``P + 1`` tokens, stream pieces lie inside the ``.bin``, markers name an
     existing prompt (with its length) or the EOD token (length 1). Streams over blocks of
     ``block`` samples (default :data:`BLOCK`): temporaries are O(block), not O(corpus)."""
-    import zlib
+    from megatron_endprompt.data.sidecar import chunked_crc32
 
     header, path = sidecar.header, sidecar.path
     index = SpanIndex.of(sidecar)
     src, block = index.sources, block or BLOCK
-    crc = 0
-    for start in range(0, len(src), 1 << 20):
-        crc = zlib.crc32(src[start : start + (1 << 20)], crc)
-    if crc != header.sources["crc32"]:
+    if chunked_crc32(src, dtype="<i8") != header.sources["crc32"]:
         raise UserError(f"{path}: sidecar source spans fail their checksum; {rebuild}")
     n, P = header.num_samples, sidecar.layout.seq_length
 
@@ -325,15 +326,12 @@ def _verify_runs(index: SpanIndex, bin_bytes: int, bad, block: int) -> None:
     if len(src) % 2 or (n and len(src) == 0):
         raise bad("windows need (first sample, first token) pairs")
     runs, _ = index._v()
-    R = len(runs)
-    if R and runs[0, 0] != 0:
+    if len(runs) and runs[0, 0] != 0:
         raise bad("window runs must start at sample 0, increase and point into the .bin")
-    for lo in range(0, R, block):
-        part = runs[lo : min(lo + block, R) + 1]  # one run of overlap: the next run's start
+    for part, count in _run_blocks(index, block):
         firsts, tokens = part[:, 0], part[:, 1]
         if np.any(np.diff(firsts) <= 0) or firsts[-1] >= max(n, 1) or np.any(tokens < 0):
             raise bad("window runs must start at sample 0, increase and point into the .bin")
-        count = np.append(np.diff(firsts), n - firsts[-1])[: min(block, R - lo)]
         last_end = tokens[: len(count)] + (count - 1) * P + P + 1
         if np.any(last_end > bin_bytes):
             raise bad("a piece lies outside the .bin")
