@@ -34,6 +34,17 @@ def _copy(src, dst):
     return str(dst)
 
 
+def _copy_with_config(src, dst, **changes):
+    """A copy of the HF model ``src`` whose ``config.json`` has ``changes`` applied."""
+    hf = _copy(src, dst)
+    with open(os.path.join(hf, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(changes)
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return hf
+
+
 def test_missing_hf_dir(run_tool, tmp_path):
     out = str(tmp_path / "out")
     _assert_refused(run_tool, _h2m(str(tmp_path / "nope"), out), out, "no such directory")
@@ -54,35 +65,21 @@ def test_partial_hf_dir(run_tool, tiny_hf, tmp_path):
 def test_missing_tensor(run_tool, tiny_hf, tmp_path):
     """The config implies a tensor the files do not have (one layer more)."""
     out = str(tmp_path / "out")
-    hf = _copy(tiny_hf, tmp_path / "cut")
-    with open(os.path.join(hf, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["num_hidden_layers"] += 1
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    hf = _copy_with_config(tiny_hf, tmp_path / "cut", num_hidden_layers=5)
     _assert_refused(run_tool, _h2m(hf, out), out, "model.layers.4.")
 
 
 def test_non_llama_architecture(run_tool, tiny_hf, tmp_path):
     out = str(tmp_path / "out")
-    hf = _copy(tiny_hf, tmp_path / "gpt2")
-    with open(os.path.join(hf, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["model_type"], cfg["architectures"] = "gpt2", ["GPT2LMHeadModel"]
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    hf = _copy_with_config(tiny_hf, tmp_path / "gpt2", model_type="gpt2",
+                           architectures=["GPT2LMHeadModel"])
     _assert_refused(run_tool, _h2m(hf, out), out, "model_type 'gpt2'")
 
 
 def test_wrong_num_key_value_heads(run_tool, tiny_hf, tmp_path):
     """Config says 4 KV heads (MHA), the weights have 2: refused, naming the tensor."""
     out = str(tmp_path / "out")
-    hf = _copy(tiny_hf, tmp_path / "gqa")
-    with open(os.path.join(hf, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["num_key_value_heads"] = 4
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    hf = _copy_with_config(tiny_hf, tmp_path / "gqa", num_key_value_heads=4)
     line = _assert_refused(run_tool, _h2m(hf, out), out, "k_proj.weight has shape [32, 64]")
     assert "num_key_value_heads=4" in line
 
@@ -146,11 +143,6 @@ def test_heads_not_multiple_of_kv_heads(run_tool, tiny_hf, tmp_path):
     """4 query heads, 3 KV heads: the shape's own check (megatron_endprompt.shape) refuses it as
     one line naming config.json, not a ValueError traceback."""
     out = str(tmp_path / "out")
-    hf = _copy(tiny_hf, tmp_path / "bad_groups")
-    with open(os.path.join(hf, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["num_key_value_heads"] = 3
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    hf = _copy_with_config(tiny_hf, tmp_path / "bad_groups", num_key_value_heads=3)
     line = _assert_refused(run_tool, _h2m(hf, out), out, "config.json")
     assert "not a multiple of the number of KV heads 3" in line

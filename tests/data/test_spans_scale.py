@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from test_build_sidecar import VOCAB, write_corpus
+from test_corpus_sidecar_v2 import _build
 from test_sidecar_trust import _tamper_idx
 
-from megatron_endprompt.cli import build_sidecar as cli
 from megatron_endprompt.data import dataset as dataset_mod
 from megatron_endprompt.data import spans
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
@@ -155,11 +155,8 @@ def corpus(tmp_path_factory):
 
 
 def _sidecar(run_tool, prefix, name, *extra):
-    rc, _, err = run_tool(cli.main, ["--data-prefix", prefix, "--seq-length", P,
-                                     "--target-length", L, "--terminal-length", B,
-                                     "--no-progress", "--name", name, *extra])
-    assert rc == 0, err
-    return open_sidecar(f"{prefix}.{name}.endprompt")
+    """The named sidecar built by the CLI (same P, L, b as test_corpus_sidecar_v2), opened."""
+    return open_sidecar(_build(run_tool, prefix, name, *extra)[0])
 
 
 @pytest.mark.parametrize("name,extra,layout", [
