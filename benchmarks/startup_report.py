@@ -61,12 +61,37 @@ def report(paths: list[str], before: list[str] | None = None) -> str:
                         f"{q('first', 'read_bytes'):.2f}x | {q('later', 'wall_s'):.2f}x | "
                         f"{q('later', 'read_bytes'):.2f}x | {q('later', 'rchar'):.2f}x | "
                         f"{q('first', 'peak_rss_mib'):.2f}x / {q('later', 'peak_rss_mib'):.2f}x |")
+    rows += [""] + _targets(runs)
     old = _load(before) if before else []
     if old:
         rows += ["", "Before (the previous spans code, every rank unpacking the sources whole):",
                  ""] + _measured(old, " (before)")
     rows += [""] + _projection(runs, old)
     return "\n".join(rows)
+
+
+def _targets(runs: list[dict]) -> list[str]:
+    """Issue 15's targets per size and sidecar, as ratios where <= 1.00 meets the target:
+    first start <= 2x stock + one cold sequential read of the ``.idx`` (wall and CPU);
+    later start <= 1.1x stock (wall, bytes read); peak RSS <= 1.1x stock (both starts)."""
+    rows = ["Targets (issue 15; each cell is measured / allowed, <= 1.00 meets it):", "",
+            "| documents | dataset | first: wall / (2 x stock + .idx read) | first: CPU / "
+            "(2 x stock + .idx read) | later: wall / 1.1x stock | later: read_bytes / 1.1x "
+            "stock | peak RSS first / 1.1x stock | peak RSS later / 1.1x stock |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        st, idx_s = r["stock"], r["idx_seq_read_s"]
+        for kind in (k for k in NAMES if k != "stock" and k in r):
+            m = r[kind]
+            cells = [m["first"]["wall_s"] / (2 * st["first"]["wall_s"] + idx_s),
+                     m["first"]["cpu_s"] / (2 * st["first"]["cpu_s"] + idx_s),
+                     m["later"]["wall_s"] / (1.1 * max(st["later"]["wall_s"], 1e-9)),
+                     m["later"]["read_bytes"] / (1.1 * max(st["later"]["read_bytes"], 1)),
+                     m["first"]["peak_rss_mib"] / (1.1 * st["first"]["peak_rss_mib"]),
+                     m["later"]["peak_rss_mib"] / (1.1 * st["later"]["peak_rss_mib"])]
+            rows.append(f"| {r['docs']:,} | {NAMES[kind]} | "
+                        + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    return rows
 
 
 def _projection(runs: list[dict], old: list[dict] = ()) -> list[str]:

@@ -50,7 +50,8 @@ from megatron.core.datasets.utils import Split
 
 from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
-from megatron_endprompt.data.spans import samples_within, span_reader
+from megatron_endprompt.data.span_scan import samples_within
+from megatron_endprompt.data.spans import span_reader
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
 from megatron_endprompt.window import EndPromptWindow

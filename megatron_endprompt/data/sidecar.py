@@ -72,15 +72,40 @@ def sidecar_path(prefix: str, name: str | None = None) -> str:
     return f"{prefix}.{name}{SUFFIX}" if name else prefix + SUFFIX
 
 
+def _file_chunks(path: str, offset: int = 0, nbytes: int | None = None):
+    """Bytes ``[offset, offset + nbytes)`` of a file (to its end when ``nbytes`` is None) as
+    memoryviews of one reusable 8 MiB buffer: sequential ``read()`` calls, no memory map, so
+    the process's RSS does not grow with the file (mapped pages count in it)."""
+    buf = bytearray(_CHUNK if nbytes is None else max(1, min(_CHUNK, nbytes)))
+    view, size = memoryview(buf), len(buf)
+    left = nbytes
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        while left is None or left > 0:
+            n = f.readinto(view if left is None or left >= size else view[:left])
+            if not n:
+                break
+            if left is not None:
+                left -= n
+            yield view[:n]
+    if left:
+        raise UserError(f"{path}: truncated ({left} bytes missing at its end); {REBUILD}")
+
+
 def file_fingerprint(path: str) -> str:
     """SHA-256 of a file, read sequentially in 8 MiB blocks (no memory map: RSS stays flat)."""
     digest = hashlib.sha256()
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            digest.update(view[:n])
+    for chunk in _file_chunks(path):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_crc32(path: str, offset: int, nbytes: int) -> int:
+    """CRC-32 of ``nbytes`` of a file from ``offset`` (sequential reads, RSS flat)."""
+    crc = 0
+    for chunk in _file_chunks(path, offset, nbytes):
+        crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 def data_fingerprint(prefix: str) -> dict:
@@ -224,6 +249,10 @@ class Sidecar:
     """int64 1-D: pieces of an existing corpus (:mod:`.spans`; read-only memory map);
     ``None``: sample ``i`` is stored sequence ``i``."""
 
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
+    """Values computed from the data once per process and shared by the train/valid/test
+    datasets built on this sidecar (e.g. its :class:`~.spans.SpanIndex`); never written."""
+
     @property
     def layout(self) -> LayoutConfig:
         """Layout parameters the records were drawn with."""
@@ -320,7 +349,7 @@ def verify_sidecar(sidecar: Sidecar, prefix: str | None = None) -> None:
         raise UserError(f"{sidecar.path}: sample {bad[0]} has an impossible layout ({bad[1]}); "
                         f"{REBUILD}")
     if sidecar.sources is not None:
-        from megatron_endprompt.data.spans import verify_sources
+        from megatron_endprompt.data.span_scan import verify_sources
 
         verify_sources(sidecar, REBUILD)
     if prefix is not None:

@@ -19,8 +19,8 @@ owns pieces ``ptr[i]:ptr[i+1]``) followed by the pieces ``[M, 2]``; for layout `
 ``(first sample, first token)`` — so such a sidecar stays ~8 bytes per sample.
 
 Readers never unpack ``sources`` (:class:`SpanIndex`): a rank's memory for them is O(samples
-it reads), and the full verification and the split's sample list stream over blocks of
-:data:`BLOCK` samples (issue 15).
+it reads); the full verification and the split's sample list (:mod:`.span_scan`) stream over
+blocks of :data:`BLOCK` samples (issue 15).
 """
 
 from __future__ import annotations
@@ -119,20 +119,29 @@ class SpanIndex:
         self.length = int(length if sources is None else len(sources))
         self._src = None if sources is None else np.asarray(sources, dtype=np.int64)
         self._views: tuple | None = None
+        self.block_bounds: dict[int, np.ndarray] = {}
+        """Step -> ``[ceil(n / step), 4]`` int64: per ``step`` samples the lowest and highest
+        first stream offset and the lowest and highest end (:mod:`.span_scan`)."""
 
     @classmethod
     def of(cls, sidecar) -> SpanIndex:
-        """The index of a loaded spans sidecar (its memory map, never copied)."""
+        """The index of a loaded spans sidecar (its memory map, never copied); one per
+        sidecar object, so the train/valid/test datasets share what it learns
+        (:attr:`block_bounds`)."""
+        if (index := sidecar.derived.get("span_index")) is not None:
+            return index
         src, header = sidecar.sources, sidecar.header
         common = dict(num_samples=header.num_samples, layout=header.sources.get("layout", "pieces"),
                       seq_length=sidecar.layout.seq_length)
         if isinstance(src, np.memmap) and src.filename:
-            return cls(**common, path=src.filename, offset=src.offset, length=len(src))
-        return cls(**common, sources=src)
+            index = cls(**common, path=src.filename, offset=src.offset, length=len(src))
+        else:
+            index = cls(**common, sources=src)
+        return sidecar.derived.setdefault("span_index", index)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_views"] = None
+        state["_views"], state["block_bounds"] = None, {}
         if self.path is not None:
             state["_src"] = None
         return state
@@ -192,25 +201,35 @@ class SpanIndex:
         p = ptr[lo : hi + 1]
         return p, pieces[int(p[0]) : int(p[-1])]
 
+    def _values(self, first: int, count: int) -> np.ndarray:
+        """int64 ``sources[first : first + count]`` (clipped to the array), read with
+        ``read()`` into a new array when the index is file-backed: a streaming pass then never
+        maps the pages it passes over, which would count in the process's RSS."""
+        first = min(max(first, 0), self.length)
+        count = min(max(count, 0), self.length - first)
+        if self.path is None or count == 0:
+            return np.array(self.sources[first : first + count])
+        return np.fromfile(self.path, dtype="<i8", count=count, offset=self.offset + 8 * first)
+
+    def read(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`block` for one pass over the data: the same values, copied (O(block)
+        memory) instead of mapped. A ``ptr`` that points outside the pieces gives the rows
+        that exist (verification refuses it)."""
+        if self.layout == "windows":
+            return self.block(lo, hi)
+        ptr = self._values(lo, hi - lo + 1)
+        if len(ptr) == 0:
+            return ptr, np.empty((0, 2), np.int64)
+        start = self.n + 1 + 2 * int(ptr[0])
+        pieces = self._values(start, 2 * (int(ptr[-1]) - int(ptr[0])))
+        return ptr, pieces[: len(pieces) // 2 * 2].reshape(-1, 2)
+
     def blocks(self, block: int | None = None):
-        """``(lo, hi, ptr, pieces)`` for consecutive blocks of samples (see :meth:`block`)."""
+        """``(lo, hi, ptr, pieces)`` for consecutive blocks of samples (see :meth:`read`)."""
         block = block or BLOCK
         for lo in range(0, self.n, block):
             hi = min(lo + block, self.n)
-            yield (lo, hi, *self.block(lo, hi))
-
-
-def _extent(ptr: np.ndarray, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """First and one-past-last stream offsets each sample of a block (:meth:`SpanIndex.block`)
-    reads (int64 ``[len(ptr) - 1]`` each; a sample of markers only: ``(int64 max, 0)``)."""
-    if len(ptr) < 2:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    start, length = pieces[:, 0], pieces[:, 1]
-    real = start >= 0
-    at = ptr[:-1] - ptr[0]
-    first = np.minimum.reduceat(np.where(real, start, np.iinfo(np.int64).max), at)
-    last = np.maximum.reduceat(np.where(real, start + length, 0), at)
-    return first, last
+            yield (lo, hi, *self.read(lo, hi))
 
 
 def unpack_sources(sources: np.ndarray, num_samples: int, layout: str,
@@ -224,117 +243,6 @@ def unpack_sources(sources: np.ndarray, num_samples: int, layout: str,
 def sidecar_pieces(sidecar) -> tuple[np.ndarray, np.ndarray]:
     """``(ptr, pieces)`` of a loaded spans sidecar, whole (offline tools only)."""
     return SpanIndex.of(sidecar).block(0, sidecar.header.num_samples)
-
-
-def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np.ndarray:
-    """Ids (int32, ascending) of the samples of a spans sidecar whose every stream token lies
-    in ``[lo, hi)``. Layout ``pieces``: streamed over blocks of samples; ``windows``: per run
-    of windows, arithmetic. Temporaries O(block); the result is 4 bytes per sample kept."""
-    index, block = SpanIndex.of(sidecar), block or BLOCK
-    out, k = np.empty(index.n, dtype=np.int32), 0
-    if index.layout == "windows":
-        for first, count in _windows_within(index, lo, hi, block):
-            for a in range(0, int(count), block):  # in blocks: no temporary of the run's size
-                m = min(block, int(count) - a)
-                out[k : k + m] = np.arange(first + a, first + a + m)
-                k += m
-    else:
-        for a, _, ptr, pieces in index.blocks(block):
-            first, last = _extent(ptr, pieces)
-            ids = np.flatnonzero((first >= lo) & (last <= hi)) + a
-            out[k : k + len(ids)] = ids
-            k += len(ids)
-    return out[:k] if 2 * k >= len(out) else out[:k].copy()
-
-
-def _run_blocks(index: SpanIndex, block: int):
-    """``(part, count)`` per block of window runs: ``part`` the block's runs ``[k(+1), 2]``
-    plus the next run (whose first sample ends this block's last run), ``count [k]`` the
-    windows of each run of the block (the last run of all ends at sample ``N``)."""
-    runs, _ = index._v()
-    R = len(runs)
-    for a in range(0, R, block):
-        part = np.array(runs[a : min(a + block, R) + 1])
-        yield part, np.append(np.diff(part[:, 0]), index.n - part[-1, 0])[: min(block, R - a)]
-
-
-def _windows_within(index: SpanIndex, lo: int, hi: int, block: int):
-    """``(first sample, count)`` per run of windows: the run's windows that lie in ``[lo, hi)``
-    are consecutive samples (window ``j`` reads ``token + j * P`` to ``token + j * P + P + 1``)."""
-    P = index.P
-    for part, count in _run_blocks(index, block):
-        first, token = part[: len(count), 0], part[: len(count), 1]
-        j0 = np.maximum(0, -((token - lo) // P))  # first window starting at or after lo
-        j1 = np.minimum(count, (hi - P - 1 - token) // P + 1)  # windows ending at or before hi
-        keep = j1 > j0
-        yield from zip((first + j0)[keep].tolist(), (j1 - j0)[keep].tolist())
-
-
-def verify_sources(sidecar, rebuild: str, *, block: int | None = None) -> None:
-    """Full check of a spans sidecar's ``sources`` (part of
-    :func:`~megatron_endprompt.data.sidecar.verify_sidecar`): CRC-32, then every sample's
-    pieces add up to ``P + 1`` tokens, stream pieces lie inside the ``.bin``, markers name an
-    existing prompt (with its length) or the EOD token (length 1). Streams over blocks of
-    ``block`` samples (default :data:`BLOCK`): temporaries are O(block), not O(corpus)."""
-    from megatron_endprompt.data.sidecar import chunked_crc32
-
-    header, path = sidecar.header, sidecar.path
-    index = SpanIndex.of(sidecar)
-    src, block = index.sources, block or BLOCK
-    if chunked_crc32(src, dtype="<i8") != header.sources["crc32"]:
-        raise UserError(f"{path}: sidecar source spans fail their checksum; {rebuild}")
-    n, P = header.num_samples, sidecar.layout.seq_length
-
-    def bad(why: str) -> UserError:
-        return UserError(f"{path}: impossible source spans ({why}); {rebuild}")
-
-    if index.layout == "windows":
-        _verify_runs(index, header.bin_bytes, bad, block)
-        return
-    if len(src) < n + 1 or (len(src) - n - 1) % 2:
-        raise bad(f"{len(src)} values: the {n + 1} piece pointers, then (start, length) pairs")
-    ptr, pieces = index._v()
-    if ptr[0] != 0 or ptr[-1] != len(pieces):
-        raise bad("piece pointers must start at 0, increase and end at the piece count")
-    prompts = header.sources.get("prompt_tokens") or []
-    prompt_len = np.array([len(t) for t in prompts] or [0])
-    has_eod = header.sources.get("eod") is not None
-    for lo in range(0, n, block):
-        p = ptr[lo : min(lo + block, n) + 1]
-        if np.any(np.diff(p) < 1) or p[-1] > len(pieces):
-            raise bad("piece pointers must start at 0, increase and end at the piece count")
-        pcs = pieces[int(p[0]) : int(p[-1])]
-        start, length = pcs[:, 0], pcs[:, 1]
-        if not np.all(np.add.reduceat(length, p[:-1] - p[0]) == P + 1):
-            raise bad(f"every sample needs P + 1 = {P + 1} tokens")
-        real = start >= 0
-        if np.any(length < 1) or np.any(start[real] + length[real] > header.bin_bytes):
-            raise bad("a piece lies outside the .bin")
-        eod = start == EOD_PIECE
-        if np.any(length[eod] != 1) or (np.any(eod) and not has_eod):
-            raise bad("an EOD piece needs length 1 and the EOD id in the header")
-        k = -2 - start[start <= -2]
-        if np.any(k >= len(prompts)) or \
-                np.any(prompt_len[np.minimum(k, len(prompt_len) - 1)] != length[start <= -2]):
-            raise bad("a prompt piece names no prompt of the header, or has its wrong length")
-
-
-def _verify_runs(index: SpanIndex, bin_bytes: int, bad, block: int) -> None:
-    """Layout ``windows``: runs ``(first sample, first token)`` start at sample 0, increase,
-    and every window of ``P + 1`` tokens of a run lies inside the ``.bin``."""
-    src, n, P = index.sources, index.n, index.P
-    if len(src) % 2 or (n and len(src) == 0):
-        raise bad("windows need (first sample, first token) pairs")
-    runs, _ = index._v()
-    if len(runs) and runs[0, 0] != 0:
-        raise bad("window runs must start at sample 0, increase and point into the .bin")
-    for part, count in _run_blocks(index, block):
-        firsts, tokens = part[:, 0], part[:, 1]
-        if np.any(np.diff(firsts) <= 0) or firsts[-1] >= max(n, 1) or np.any(tokens < 0):
-            raise bad("window runs must start at sample 0, increase and point into the .bin")
-        last_end = tokens[: len(count)] + (count - 1) * P + P + 1
-        if np.any(last_end > bin_bytes):
-            raise bad("a piece lies outside the .bin")
 
 
 class SpanReader:

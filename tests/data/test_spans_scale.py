@@ -18,7 +18,7 @@ from test_corpus_sidecar_v2 import _build
 from test_sidecar_trust import _tamper_idx
 
 from megatron_endprompt.data import dataset as dataset_mod
-from megatron_endprompt.data import spans
+from megatron_endprompt.data import span_scan, spans
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.sidecar import (SidecarHeader, open_sidecar, verify_sidecar,
                                              write_sidecar)
@@ -131,8 +131,56 @@ def test_in_place_reads_equal_the_full_unpack(kind, tmp_path, small_blocks):
     assert all(np.array_equal(a, b) for a, b in zip(spans.sidecar_pieces(sc), (ptr, pieces)))
     first, last = _old_extent(ptr, pieces, n)
     for lo, hi in [(0, np.iinfo(np.int64).max), (0, tokens // 2), (tokens // 3, tokens)]:
-        assert np.array_equal(spans.samples_within(sc, lo, hi),
+        assert np.array_equal(span_scan.samples_within(sc, lo, hi),
                               np.flatnonzero((first >= lo) & (last <= hi)))
+
+
+@pytest.mark.parametrize("block", [3, 12])
+def test_split_lists_share_one_pass(tmp_path, small_blocks, monkeypatch, block):
+    """Three contiguous splits get the same samples whether the extent bounds of every step
+    of samples come from verification, from an earlier split or are unknown; once known, a
+    split reads only the steps that straddle its range (before: every split read every
+    block), and a step, not a block (``block`` 12 = 4 steps of 3: before this, a corpus of
+    one block was read whole by every split). Samples 0-29 are document-tail pairs (two pieces
+    each: the column-wise path), 30-39 random pieces with EOD/prompt markers (``reduceat``)."""
+    monkeypatch.setattr(spans, "BLOCK", block)
+    monkeypatch.setattr(span_scan, "STEP", 3)
+    rng = np.random.default_rng(5)
+    n, tokens = 40, 44 * (P + 1)
+    i = np.arange(30)
+    pairs = np.stack([i * (P + 1), np.full(30, P + 1 - B), i * (P + 1) + P + 1 - B,
+                      np.full(30, B)], axis=1).reshape(-1, 2)
+    rand, _ = _pieces_sources(rng, 10, tokens)
+    rptr, rrows = rand[:11], rand[11:].reshape(-1, 2)
+    ptr = np.concatenate([np.arange(0, 60, 2), 60 + rptr])
+    pieces = np.concatenate([pairs, rrows])
+    sources = spans.join_sources(ptr, pieces)
+    first, last = _old_extent(ptr, pieces, n)
+    cuts = [0, 20 * (P + 1), 25 * (P + 1), np.iinfo(np.int64).max]
+    want = [np.flatnonzero((first >= lo) & (last <= hi)) for lo, hi in zip(cuts, cuts[1:])]
+    assert all(len(w) for w in want[:2])
+    reads = []
+    real_read = spans.SpanIndex.read
+    monkeypatch.setattr(spans.SpanIndex, "read",
+                        lambda self, lo, hi: reads.append((lo, hi)) or real_read(self, lo, hi))
+    blocks = -(-n // block)
+    for how in ("verified", "earlier split", "unknown"):
+        sc = write_spans(str(tmp_path / f"{how[0]}.endprompt"), sources, "pieces", n,
+                         2 * tokens)
+        if how == "verified":
+            verify_sidecar(sc)
+            assert len(reads) == blocks
+        elif how == "earlier split":
+            span_scan.samples_within(sc, 0, tokens)
+        for (lo, hi), w in zip(zip(cuts, cuts[1:]), want):
+            if how == "unknown":
+                sc.derived.clear()  # a fresh SpanIndex: no bounds
+            reads.clear()
+            assert np.array_equal(span_scan.samples_within(sc, lo, hi), w), (how, lo)
+            if how == "unknown":
+                assert len(reads) == blocks
+            else:  # known: at most the step at each end of the range + the 4 random steps
+                assert len(reads) <= 2 + 4 and all(z - a <= 3 for a, z in reads), (how, reads)
 
 
 def _build_datasets(prefix, name, cache):
@@ -193,7 +241,8 @@ def test_split_samples_and_later_start(corpus, run_tool, tmp_path, monkeypatch, 
     def boom(*a, **k):
         raise AssertionError("a later start built a per-sample table")
     monkeypatch.setattr(spans.SpanIndex, "block", boom)
-    monkeypatch.setattr(spans, "samples_within", boom)
+    monkeypatch.setattr(spans.SpanIndex, "read", boom)
+    monkeypatch.setattr(span_scan, "samples_within", boom)
     monkeypatch.setattr(dataset_mod, "samples_within", boom)
     later = _build_datasets(corpus, name, tmp_path / "cache")
     for a, b in zip(first_start, later):
@@ -202,10 +251,14 @@ def test_split_samples_and_later_start(corpus, run_tool, tmp_path, monkeypatch, 
             assert np.array_equal(a[i]["tokens"].numpy(), b[i]["tokens"].numpy())
 
 
-def test_memory_does_not_scale_with_the_corpus(tmp_path):
+def test_memory_does_not_scale_with_the_corpus(tmp_path, monkeypatch):
     """200,000 samples: the reader maps the sources in place (the full unpack allocated
     24 bytes per sample, 4.8 MB, for layout windows), full verification and the split's
-    sample list allocate one block of temporaries (old: tens of bytes per sample)."""
+    sample list allocate one block of temporaries (old: tens of bytes per sample); the
+    checksum reads through one fixed buffer, made 64 KiB here to fit the bound."""
+    from megatron_endprompt.data import sidecar as sidecar_mod
+
+    monkeypatch.setattr(sidecar_mod, "_CHUNK", 1 << 16)
     n, tokens = 200_000, 2 * (200_000 + 1) * P
     open(tmp_path / "d.bin", "wb").truncate(2 * tokens)
     rng = np.random.default_rng(0)
@@ -224,10 +277,10 @@ def test_memory_does_not_scale_with_the_corpus(tmp_path):
             assert len(reader.tokens(int(i))) == P + 1
         read_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        spans.verify_sources(sc, "rebuild", block=4096)
+        span_scan.verify_sources(sc, "rebuild", block=4096)
         verify_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        kept = spans.samples_within(sc, 0, tokens, block=4096)
+        kept = span_scan.samples_within(sc, 0, tokens, block=4096)
         within_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert len(kept) == n
