@@ -252,7 +252,8 @@ KINDS = {"stored": ("ours", None), "pieces": ("ours-pieces", "pieces"),
 """``--sidecars`` value: (result key, spans layout or None for the stored-sample sidecar)."""
 
 
-def measure(workdir: str, docs: int, repeat: int, sidecars: list[str]) -> dict:
+def measure(workdir: str, docs: int, repeat: int, sidecars: list[str],
+            later_repeat: int = 1) -> dict:
     from megatron_endprompt.data.sidecar import open_sidecar
 
     prefix = os.path.join(workdir, f"corpus_{docs}")
@@ -278,7 +279,8 @@ def measure(workdir: str, docs: int, repeat: int, sidecars: list[str]) -> dict:
             shutil.rmtree(cache, ignore_errors=True)
             child_kind = "stock" if kind == "stock" else "ours"
             runs[kind]["first"].append(run_child(child_kind, prefix, cache, docs, name))
-            runs[kind]["later"].append(run_child(child_kind, prefix, cache, docs, name))
+            for _ in range(later_repeat):  # cheap: more tries at the noisy later start
+                runs[kind]["later"].append(run_child(child_kind, prefix, cache, docs, name))
             shutil.rmtree(cache, ignore_errors=True)
     for kind in kinds:
         res[kind] = {start: _best(runs[kind][start]) for start in ("first", "later")}
@@ -297,6 +299,10 @@ def main() -> None:
     p.add_argument("--workdir", default=os.path.join(HERE, "out", "startup"))
     p.add_argument("--out", default=os.path.join(HERE, "out", "startup.json"))
     p.add_argument("--keep", action="store_true", help="keep the synthetic corpora")
+    p.add_argument("--later-repeat", type=int, default=1,
+                   help="later starts per first start (their minimum is reported: at 10^8 "
+                        "documents both datasets' later start is mostly Megatron's own "
+                        "np.arange of the split's 98M indices, 0.14-0.6 s by memory state)")
     p.add_argument("--sidecars", nargs="+", choices=tuple(KINDS), default=["stored"],
                    help="EndPrompt sidecars to measure beside stock (default: stored)")
     p.add_argument("--report", nargs="+", metavar="JSON",
@@ -317,7 +323,7 @@ def main() -> None:
         print(report(a.report, a.before))
         return
     os.makedirs(a.workdir, exist_ok=True)
-    results = [measure(a.workdir, n, a.repeat, a.sidecars) for n in a.docs]
+    results = [measure(a.workdir, n, a.repeat, a.sidecars, a.later_repeat) for n in a.docs]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"P": P, "L": L, "vocab": VOCAB, "runs": results}, f, indent=1)

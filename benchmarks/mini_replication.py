@@ -26,6 +26,12 @@ number of optimizer steps and the same number of samples (one per document) per 
 (f) **ET(PoSE)**: (d) with ``--pose-chunks 2``.
 (g) **EndPrompt, prompt terminal**: ``--terminal-source prompt --placement fixed``, the
     built-in EP1-EP3 set, ``w = 0.1``: ``P``-token windows of the stream closed by a prompt.
+(h) **full-length fine-tuning at equal tokens** (the second view): (b) with
+    ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g).
+
+(e) and (g) train on ``P``-token windows of the same documents' stream: PoSE keeps the text
+contiguous, so no window holds both a fact and its recall (they are ``L`` tokens apart) --
+exactly the dependency that EndPrompt's document-tail terminal puts into one sample.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
 with 2 CPU ranks, the converter, the evaluator: RULER ``niah_single_1`` and landmark passkey,
@@ -59,17 +65,20 @@ METHODS = {
     "e": "PoSE",
     "f": "ET(PoSE)",
     "g": "EndPrompt prompt EP1-3",
+    "h": "full-length FT, equal tokens",
 }
 
 #: ``full``: the README tables; ``smoke``: CI (launch overhead dominates).
 SIZES = {
-    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, L0=320, L=1024,
+    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
+                 L0=320, L=1024,
                  P=256, ratio=None,
                  base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=150,
                  ft_docs=8, ft_lr=1e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
                  log_interval=10, lengths="320,512,1024", samples=100, eval_batch=25,
-                 ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g"),
-    "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, L0=128, L=384,
+                 ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g,h"),
+    "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
+                  L0=128, L=384,
                   P=128, ratio=None,
                   base_iters=2, base_more=[], base_mb=2, base_lr=3e-3, ft_iters=2, ft_docs=2,
                   ft_lr=3e-4,
@@ -78,7 +87,8 @@ SIZES = {
                   methods="a,c"),
 }
 #: Configuration that shapes the base checkpoint (its cache key).
-BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "L0", "base_iters",
+BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
+             "base_iters",
              "base_mb", "base_lr")
 
 
@@ -151,7 +161,8 @@ class Replication:
         c = self.c
         shutil.rmtree(self.w(ckpt), ignore_errors=True)
         if j == 0:
-            data.make_tokenizer(self.work, vocab_size=c["vocab"], num_docs=600)
+            data.make_tokenizer(self.work, vocab_size=c["vocab"], num_docs=600,
+                                split_digits=c["split_digits"])
         count = data.token_counter(self.spm)
         lo = max(64, self.L0 // 4)
         n_docs = int(iters * c["base_mb"] * 2 * self.L0 * 1.1 / ((lo + self.L0) / 2)) + 60
@@ -205,9 +216,12 @@ class Replication:
         ckpt = self.w(f"ckpt_{tag}")
         shutil.rmtree(ckpt, ignore_errors=True)
         ft_seed = 1000 + seed
-        if m == "b":
+        docs = c["ft_docs"]
+        if m in ("b", "h"):
             kw = dict(seq=self.L, target=2 * self.L, mb=1, data_prefix=self.w("ft_plain"),
                       replay=True)
+            if m == "h":  # the tokens per step of the methods that train on P tokens
+                docs = max(2, c["ft_docs"] * self.P // self.L)
         else:
             from megatron_endprompt.cli import preprocess
 
@@ -221,11 +235,11 @@ class Replication:
             kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2),
                       data_prefix=prefix)
         entry = {"name": METHODS[m], "sig": sig, "seed": seed,
-                 "tokens_per_step": c["ft_docs"] * kw["seq"],
-                 "samples_per_step": c["ft_docs"], "steps": c["ft_iters"]}
+                 "tokens_per_step": docs * kw["seq"],
+                 "samples_per_step": docs, "steps": c["ft_iters"]}
         entry["tokens_trained"] = entry["tokens_per_step"] * c["ft_iters"]
         entry.update(run.train(tag, run.train_argv(
-            c, self.spm, self.work, pi=float(s), gbs=c["ft_docs"], iters=c["ft_iters"],
+            c, self.spm, self.work, pi=float(s), gbs=docs, iters=c["ft_iters"],
             lr=c["ft_lr"], save=ckpt, load=self.base_ckpt, seed=ft_seed, **kw),
             self.work))
         entry.update(self.export_eval(ckpt, tag, target=self.L, pi=float(s)))

@@ -51,8 +51,15 @@ def write_corpus(path: str, *, num_docs: int, seed: int = 0,
     return path
 
 
-def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int = 512) -> str:
-    """Train a small BPE SentencePiece model on the corpus; returns ``PREFIX.model``."""
+def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int = 512,
+                        split_digits: bool = False) -> str:
+    """Train a small BPE SentencePiece model on the corpus; returns ``PREFIX.model``.
+
+    ``split_digits``: every digit is a piece of its own, as in Llama-1/2's SentencePiece model
+    (Llama-3's BPE splits numbers into groups of at most three digits). Without it, a small
+    BPE learns merges such as ``"45."`` from the corpus, so the same number tokenizes one way
+    where it is stated (``"12345. Remember"``) and another where it is recalled
+    (``"12345 is"``), and copying it is no longer a token-for-token copy."""
     import sentencepiece as spm
 
     from megatron_endprompt.data.prompts import BUILTIN_PROMPTS
@@ -67,7 +74,7 @@ def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int
         sentence_iterator=texts(), model_prefix=model_prefix, vocab_size=vocab_size,
         model_type="bpe", bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2,
         max_sentence_length=1 << 16, num_threads=1, character_coverage=1.0,
-        byte_fallback=True,
+        byte_fallback=True, split_digits=split_digits,
     )
     return model_prefix + ".model"
 
