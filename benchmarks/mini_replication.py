@@ -74,7 +74,7 @@ SIZES = {
                  L0=320, L=1024,
                  P=256, ratio=None,
                  base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=150,
-                 ft_docs=8, ft_lr=1e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
+                 ft_docs=8, ft_lr=2e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
                  log_interval=10, lengths="320,512,1024", samples=100, eval_batch=25,
                  ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g,h"),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
@@ -205,7 +205,9 @@ class Replication:
         terminal, w, s = terminal or c["terminal"], c["w"] if w is None else w, s or c["ratio"]
         tag = tag or f"{m}_seed{seed}"
         done = self.w(f"run_{tag}.json")
-        sig = {"c": c, "m": m, "seed": seed, "terminal": terminal, "w": w, "s": s}
+        # which other methods this invocation runs does not change this one's run
+        sig = {"c": {k: v for k, v in c.items() if k != "methods"}, "m": m, "seed": seed,
+               "terminal": terminal, "w": w, "s": s}
         if self.resume and os.path.exists(done):
             with open(done, encoding="utf-8") as f:
                 entry = json.load(f)
