@@ -70,14 +70,14 @@ METHODS = {
 
 #: ``full``: the README tables; ``smoke``: CI (launch overhead dominates).
 SIZES = {
-    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
+    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
                  L0=320, L=1024,
                  P=256, ratio=None,
                  base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=150,
-                 ft_docs=8, ft_lr=2e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
+                 ft_docs=8, ft_lr=1e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
                  log_interval=10, lengths="320,512,1024", samples=100, eval_batch=25,
                  ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g,h"),
-    "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
+    "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
                   L0=128, L=384,
                   P=128, ratio=None,
                   base_iters=2, base_more=[], base_mb=2, base_lr=3e-3, ft_iters=2, ft_docs=2,
@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="result JSON (.md and .png go beside it)")
     p.add_argument("--resume", action="store_true",
                    help="reuse finished method runs of the same configuration in --workdir")
+    p.add_argument("--split-digits", action="store_true", default=None,
+                   help="SentencePiece split_digits (a digit per token, as Llama-2): the base "
+                        "then retrieves ~100%% at L0 (issue 13; benchmarks/README.md)")
     for flag, key, typ in (("--base-iters", "base_iters", int), ("--ft-iters", "ft_iters", int),
                            ("--ft-lr", "ft_lr", float), ("--ft-docs", "ft_docs", int),
                            ("--pi-factor", "ratio", int), ("--terminal-length", "terminal", int),
@@ -264,7 +267,8 @@ def best_placement(summary: dict, L: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     c = dict(SIZES["smoke" if args.smoke else "full"])
-    for key in ("methods", "base_iters", "ft_iters", "ft_lr", "ft_docs", "ratio", "terminal",
+    for key in ("methods", "split_digits", "base_iters", "ft_iters", "ft_lr", "ft_docs", "ratio",
+                "terminal",
                 "w", "samples", "lengths"):
         if getattr(args, key) is not None:
             c[key] = getattr(args, key)

@@ -124,11 +124,12 @@ def write_docs(path: str, *, num_docs: int, min_tokens: int, max_tokens: int, se
 
 
 def make_tokenizer(workdir: str, *, vocab_size: int, num_docs: int = 600,
-                   split_digits: bool = True) -> str:
+                   split_digits: bool = False) -> str:
     """A SentencePiece model (the repo's
     :func:`~megatron_endprompt.data.synthetic.train_sentencepiece`) trained on a short sample of
-    every document kind, digits split as in Llama-2's tokenizer: a key is then copied digit
-    for digit (with merged digit groups the base missed a key's last group, issue 13)."""
+    every document kind; ``split_digits``: a digit per piece as in Llama-2's tokenizer, so a
+    key is copied digit for digit (with merged digit groups the base missed a key's last
+    group, issue 13)."""
     rough = lambda text: max(1, len(text) // 3)  # noqa: E731 - characters per token, roughly
     sample = write_docs(os.path.join(workdir, "tokenizer_corpus.jsonl"), num_docs=num_docs,
                         min_tokens=60, max_tokens=300, seed=7, count=rough, fact_span=None)
