@@ -88,8 +88,7 @@ SIZES = {
 }
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
-             "base_iters",
-             "base_mb", "base_lr")
+             "base_iters", "base_mb", "base_lr")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,7 +225,7 @@ class Replication:
             kw = dict(seq=self.L, target=2 * self.L, mb=1, data_prefix=self.w("ft_plain"),
                       replay=True)
             if m == "h":  # the tokens per step of the methods that train on P tokens
-                docs = max(2, c["ft_docs"] * self.P // self.L)
+                docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
         else:
             from megatron_endprompt.cli import preprocess
 
@@ -268,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     c = dict(SIZES["smoke" if args.smoke else "full"])
     for key in ("methods", "split_digits", "base_iters", "ft_iters", "ft_lr", "ft_docs", "ratio",
-                "terminal",
-                "w", "samples", "lengths"):
+                "terminal", "w", "samples", "lengths"):
         if getattr(args, key) is not None:
             c[key] = getattr(args, key)
     c["ratio"] = c["ratio"] or -(-c["L"] // c["L0"])  # s = ceil(L / L0)

@@ -24,7 +24,7 @@ _NONE = np.iinfo(np.int64).max
 """A marker-only sample's first stream offset (it reads no stream token)."""
 
 STEP = 1 << 16
-"""Samples per row of the extent bounds (:attr:`~.spans.SpanIndex.block_bounds`): 32 bytes
+"""Samples per row of the extent bounds (:attr:`~.spans.SpanIndex.step_bounds`): 32 bytes
 per 65,536 samples (0.5 MB at 10^9 samples); a straddling step costs one read of that many
 samples. A block that is no multiple of it gets rows of one block each (:func:`_step`)."""
 
@@ -89,7 +89,7 @@ def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np
     """Ids (int32, ascending) of the samples of a spans sidecar whose every stream token lies
     in ``[lo, hi)``. Layout ``windows``: per run of windows, arithmetic. Layout ``pieces``:
     once the extent bounds of every step of samples are known
-    (:attr:`SpanIndex.block_bounds`, from verification or an earlier split in this process),
+    (:attr:`SpanIndex.step_bounds`, from verification or an earlier split in this process),
     a step wholly inside the range is taken and one wholly outside skipped without reading,
     and only the straddling steps are read; else one streamed pass over blocks of samples,
     which records the bounds. Temporaries O(block); the result is 4 bytes per sample kept."""
@@ -103,8 +103,8 @@ def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np
             out[k : k + m] = np.arange(first + a, first + a + m)
             k += m
 
-    def read_within(a: int, z: int) -> np.ndarray:
-        """Extents of samples ``[a, z)``; keeps those inside the range."""
+    def read_within(a: int, z: int) -> tuple[np.ndarray, np.ndarray]:
+        """Reads samples ``[a, z)``, keeps those inside the range; their extents."""
         nonlocal k
         ptr, pieces = index.read(a, z)
         first, last = _extent(ptr, *_columns(pieces), _uniform(ptr))
@@ -116,7 +116,7 @@ def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np
     if index.layout == "windows":
         for first, count in _windows_within(index, lo, hi, block):
             keep(first, count)
-    elif (bounds := index.block_bounds.get(step := _step(block))) is not None:
+    elif (bounds := index.step_bounds.get(step := _step(block))) is not None:
         inside = (bounds[:, 0] >= lo) & (bounds[:, 3] <= hi)
         outside = (bounds[:, 1] < lo) | (bounds[:, 2] > hi)
         for b in np.flatnonzero(~outside).tolist():
@@ -128,7 +128,7 @@ def samples_within(sidecar, lo: int, hi: int, *, block: int | None = None) -> np
     else:
         rows = [_bounds(*read_within(a, min(a + block, index.n)), step)
                 for a in range(0, index.n, block)]
-        index.block_bounds[step] = np.concatenate(rows) if rows else np.empty((0, 4), np.int64)
+        index.step_bounds[step] = np.concatenate(rows) if rows else np.empty((0, 4), np.int64)
     return out[:k] if 2 * k >= len(out) else out[:k].copy()
 
 
@@ -201,7 +201,7 @@ def verify_sources(sidecar, rebuild: str, *, block: int | None = None) -> None:
         if last.max() > header.bin_bytes:
             raise bad("a piece lies outside the .bin")
         rows.append(_bounds(first, last, step))
-    index.block_bounds[step] = np.concatenate(rows) if rows else np.empty((0, 4), np.int64)
+    index.step_bounds[step] = np.concatenate(rows) if rows else np.empty((0, 4), np.int64)
 
 
 class _MarkerCheck:

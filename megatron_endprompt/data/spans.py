@@ -119,7 +119,7 @@ class SpanIndex:
         self.length = int(length if sources is None else len(sources))
         self._src = None if sources is None else np.asarray(sources, dtype=np.int64)
         self._views: tuple | None = None
-        self.block_bounds: dict[int, np.ndarray] = {}
+        self.step_bounds: dict[int, np.ndarray] = {}
         """Step -> ``[ceil(n / step), 4]`` int64: per ``step`` samples the lowest and highest
         first stream offset and the lowest and highest end (:mod:`.span_scan`)."""
 
@@ -127,7 +127,7 @@ class SpanIndex:
     def of(cls, sidecar) -> SpanIndex:
         """The index of a loaded spans sidecar (its memory map, never copied); one per
         sidecar object, so the train/valid/test datasets share what it learns
-        (:attr:`block_bounds`)."""
+        (:attr:`step_bounds`)."""
         if (index := sidecar.derived.get("span_index")) is not None:
             return index
         src, header = sidecar.sources, sidecar.header
@@ -141,7 +141,7 @@ class SpanIndex:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_views"], state["block_bounds"] = None, {}
+        state["_views"], state["step_bounds"] = None, {}
         if self.path is not None:
             state["_src"] = None
         return state
