@@ -7,17 +7,20 @@
 A small Llama is pretrained once at a short window ``L0`` on generated documents whose end
 recalls a fact stated before it (``replication_data.py``; the base is cached in the work
 directory and reused by every seed and method), then extended to ``L = s x L0`` with linear
-position interpolation ``s`` in every method, from the same fine-tuning documents (each
-``L - 1`` tokens + EOD, the fact in its first tokens, the recall at its end), with the same
-number of optimizer steps and the same number of samples (one per document) per step:
+position interpolation ``s`` in every method, from the same fine-tuning documents (``P`` to
+``L - 1`` tokens + EOD, uniformly; the fact in the first ``fact_span`` tokens, the recall at
+the end), with the same number of optimizer steps and the same number of samples (one per
+document) per step. The lengths vary so that full-length fine-tuning sees fact-recall
+distances from ~``P`` to ``L``: with every document ``L - 1`` long it saw only ~``L`` and lost
+retrieval at ``L0`` (``benchmarks/README.md``).
 
 (a) **PI only**: the base checkpoint exported with ``s``; no training.
 (b) **full-length fine-tuning**: each document whole, one per sequence of ``L`` tokens (plain
-    prefix, contiguous positions; ``--endprompt-target-length 2L`` only because the trainer
-    requires ``L > --seq-length``).
+    prefix, contiguous positions, EOD padding masked by ``--eod-mask-loss``;
+    ``--endprompt-target-length 2L`` only because the trainer requires ``L > --seq-length``).
 (c) **EndPrompt fixed**: ``--terminal-source document-tail --placement fixed``: a document's
     first ``a = P - b`` tokens at ``0..a-1`` and its last ``b`` tokens (the recall) at
-    ``L-b..L-1`` -- their true positions, as the documents are ``L`` tokens long.
+    ``L-b..L-1``.
 (d) **EndPrompt random**: as (c), the terminal starting uniformly in ``[a, L-b]``.
 (e) **PoSE**: ``--pose-chunks 2 --placement random --terminal-source continuation
     --terminal-length 1 --terminal-loss-weight 1``: ``P``-token windows of the document stream
@@ -30,7 +33,8 @@ number of optimizer steps and the same number of samples (one per document) per 
     ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g).
 
 (e) and (g) train on ``P``-token windows of the same documents' stream: PoSE keeps the text
-contiguous, so no window holds both a fact and its recall (they are ``L`` tokens apart) --
+contiguous, so a window rarely holds both a fact and its recall (they are ``P - fact_span``
+to ``L`` tokens apart) --
 exactly the dependency that EndPrompt's document-tail terminal puts into one sample.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
@@ -70,18 +74,19 @@ METHODS = {
 
 #: ``full``: the README tables; ``smoke``: CI (launch overhead dominates).
 SIZES = {
-    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
-                 L0=320, L=1024,
-                 P=256, ratio=None,
-                 base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=150,
-                 ft_docs=8, ft_lr=1e-3, terminal=64, w=1.0, prompt_w=0.1, fact_span=160,
-                 log_interval=10, lengths="320,512,1024", samples=100, eval_batch=25,
-                 ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g,h"),
+    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
+                 L0=320, L=640,
+                 P=160, ratio=None,
+                 base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=300,
+                 ft_docs=8, ft_lr=1e-3, ft_warmup=30, ft_min=None, terminal=64, w=1.0,
+                 prompt_w=0.1, fact_span=80,
+                 log_interval=10, lengths="320,480,640", samples=100, eval_batch=25,
+                 ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g,h", sweep_b=[32, 80]),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
                   L0=128, L=384,
                   P=128, ratio=None,
                   base_iters=2, base_more=[], base_mb=2, base_lr=3e-3, ft_iters=2, ft_docs=2,
-                  ft_lr=3e-4,
+                  ft_lr=3e-4, ft_warmup=None, ft_min=None,
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
                   methods="a,c"),
@@ -89,6 +94,8 @@ SIZES = {
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
              "base_iters", "base_mb", "base_lr")
+#: Configuration that shapes an evaluation (with the checkpoint and its window).
+EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,12 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="result JSON (.md and .png go beside it)")
     p.add_argument("--resume", action="store_true",
                    help="reuse finished method runs of the same configuration in --workdir")
-    p.add_argument("--split-digits", action="store_true", default=None,
-                   help="SentencePiece split_digits (a digit per token, as Llama-2): the base "
-                        "then retrieves ~100%% at L0 (issue 13; benchmarks/README.md)")
+    p.add_argument("--split-digits", action=argparse.BooleanOptionalAction, default=None,
+                   help="SentencePiece split_digits (a digit per token, as Llama-2; the "
+                        "default): the base then retrieves ~100%% at L0; --no-split-digits: "
+                        "merged digit groups, the earlier published base (benchmarks/README.md)")
     for flag, key, typ in (("--base-iters", "base_iters", int), ("--ft-iters", "ft_iters", int),
                            ("--ft-lr", "ft_lr", float), ("--ft-docs", "ft_docs", int),
                            ("--pi-factor", "ratio", int), ("--terminal-length", "terminal", int),
+                           ("--target-length", "L", int), ("--seq-length", "P", int),
+                           ("--fact-span", "fact_span", int), ("--base-lr", "base_lr", float),
+                           ("--ft-warmup", "ft_warmup", int), ("--ft-min-tokens", "ft_min", int),
                            ("--terminal-loss-weight", "w", float),
                            ("--samples", "samples", int), ("--lengths", "lengths", str)):
         p.add_argument(flag, dest=key, type=typ, default=None, help=f"override {key}")
@@ -186,19 +197,35 @@ class Replication:
         a little over ``L`` tokens)."""
         c, count = self.c, data.token_counter(self.spm)
         n = int(c["ft_iters"] * c["ft_docs"] * 1.15) + 24
-        data.write_docs(self.w("ft.jsonl"), num_docs=n, min_tokens=self.L - 1,
+        lo = c["ft_min"] or self.P
+        data.write_docs(self.w("ft.jsonl"), num_docs=n, min_tokens=lo,
                         max_tokens=self.L - 1, seed=12, count=count, fact_span=c["fact_span"])
         data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_plain"), self.spm, pad_to=self.L)
         data.write_docs(self.w("ppl.jsonl"), num_docs=c["ppl_docs"], min_tokens=self.L + 64,
                         max_tokens=self.L + 64, seed=13, count=count, fact_span=None,
                         kinds=("fact",), probs=(1.0,))
-        print(f"fine-tuning data: {n} documents of {self.L - 1} tokens (+EOD)", flush=True)
+        print(f"fine-tuning data: {n} documents of {lo}..{self.L - 1} tokens (+EOD)", flush=True)
 
     def export_eval(self, ckpt: str, tag: str, *, target: int | None,
-                    pi: float | None) -> dict:
+                    pi: float | None, cache: bool = False) -> dict:
+        """Export ``ckpt`` and evaluate it. ``cache`` (the untrained rows: base, (a)): with
+        ``--resume``, reuse an earlier evaluation of the same base, window and protocol."""
+        sig = {"base": {k: self.c[k] for k in (*BASE_KEYS, "base_more")},
+               "eval": {k: self.c[k] for k in EVAL_KEYS}, "target": target, "pi": pi}
+        done = self.w(f"evaluated_{tag}.json")
+        if cache and self.resume and os.path.exists(done):
+            with open(done, encoding="utf-8") as f:
+                entry = json.load(f)
+            if entry.get("sig") == sig:
+                print(f"[{tag}] reusing {done}", flush=True)
+                return entry["eval"]
         hf = self.w(f"hf_{tag}")
         run.convert(ckpt, hf, target=target, pi=pi)
-        return run.evaluate(hf, self.w(f"eval_{tag}"), self.c, self.w("ppl.jsonl"))
+        out = run.evaluate(hf, self.w(f"eval_{tag}"), self.c, self.w("ppl.jsonl"))
+        if cache:
+            with open(done, "w", encoding="utf-8") as f:
+                json.dump({"sig": sig, "eval": out}, f)
+        return out
 
     def method(self, m: str, seed: int, *, terminal: int | None = None, w: float | None = None,
                s: int | None = None, tag: str | None = None) -> dict:
@@ -223,7 +250,7 @@ class Replication:
         docs = c["ft_docs"]
         if m in ("b", "h"):
             kw = dict(seq=self.L, target=2 * self.L, mb=1, data_prefix=self.w("ft_plain"),
-                      replay=True)
+                      replay=True, eod_mask=True)  # the EOD padding is not trained
             if m == "h":  # the tokens per step of the methods that train on P tokens
                 docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
         else:
@@ -244,7 +271,8 @@ class Replication:
         entry["tokens_trained"] = entry["tokens_per_step"] * c["ft_iters"]
         entry.update(run.train(tag, run.train_argv(
             c, self.spm, self.work, pi=float(s), gbs=docs, iters=c["ft_iters"],
-            lr=c["ft_lr"], save=ckpt, load=self.base_ckpt, seed=ft_seed, **kw),
+            lr=c["ft_lr"], save=ckpt, load=self.base_ckpt, seed=ft_seed,
+            warmup=c.get("ft_warmup"), **kw),
             self.work))
         entry.update(self.export_eval(ckpt, tag, target=self.L, pi=float(s)))
         entry["wall_s"] = round(time.time() - t0, 1)
@@ -267,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     c = dict(SIZES["smoke" if args.smoke else "full"])
     for key in ("methods", "split_digits", "base_iters", "ft_iters", "ft_lr", "ft_docs", "ratio",
-                "terminal", "w", "samples", "lengths"):
+                "terminal", "w", "samples", "lengths", "L", "P", "fact_span", "base_lr",
+                "ft_warmup", "ft_min"):
         if getattr(args, key) is not None:
             c[key] = getattr(args, key)
     c["ratio"] = c["ratio"] or -(-c["L"] // c["L0"])  # s = ceil(L / L0)
@@ -301,9 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     rep.ft_data()
     t0 = time.time()
     results["base"]["eval"] = rep.export_eval(rep.base_ckpt, "base_s1", target=None,
-                                              pi=None)
+                                              pi=None, cache=True)
     if "a" in methods:
-        ev = rep.export_eval(rep.base_ckpt, "a", target=rep.L, pi=float(c["ratio"]))
+        ev = rep.export_eval(rep.base_ckpt, "a", target=rep.L, pi=float(c["ratio"]),
+                             cache=True)
         results["methods"]["a"] = {"name": METHODS["a"], "tokens_trained": 0,
                                    "seeds": {"-": ev}}
     timings["base_eval_s"] = time.time() - t0

@@ -84,8 +84,9 @@ def tool(main, argv: list[str], quiet: bool = False) -> None:
 def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float, mb: int,
                gbs: int, iters: int, lr: float, data_prefix: str, save: str,
                load: str | None, seed: int, save_interval: int | None = None,
-               replay: bool = False) -> list[str]:
-    warm = max(1, min(20, iters // 10))
+               replay: bool = False, warmup: int | None = None,
+               eod_mask: bool = False) -> list[str]:
+    warm = warmup or max(1, min(20, iters // 10))
     argv = [
         *model_flags(c), "--seq-length", str(seq), "--max-position-embeddings", str(seq),
         "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", spm,
@@ -103,6 +104,8 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
         "--eval-iters", "1", "--num-workers", "0", "--save", save,
         "--save-interval", str(save_interval or iters), "--ckpt-format", "torch_dist",
     ]
+    if eod_mask:  # EOD-padded documents (full-length fine-tuning): the padding is not trained
+        argv += ["--eod-mask-loss"]
     if load:
         argv += ["--load", load, "--finetune"]
     return argv

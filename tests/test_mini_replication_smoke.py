@@ -19,6 +19,7 @@ BENCH = os.path.join(ROOT, "benchmarks")
 SCRIPT = os.path.join(BENCH, "mini_replication.py")
 sys.path.insert(0, BENCH)
 
+import mini_replication as mini  # noqa: E402
 import replication_data as data  # noqa: E402
 import replication_report as report  # noqa: E402
 import replication_run as run  # noqa: E402
@@ -94,6 +95,37 @@ def test_tables_show_every_cell_with_its_interval():
     assert "| 2,048 | 0.25x | 0.90x | 90 [90-90] | 50 [50-50] |" in row_c
     row_b = next(line for line in lines if line.startswith("| (b)"))
     assert "| 90 [60-98] |" in row_b and "| 0 [0-28] |" in row_b and "| 2.50 |" in row_b
+
+
+def test_untrained_rows_are_evaluated_once_per_base_and_protocol(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(run, "convert", lambda ckpt, hf, **kw: None)
+    monkeypatch.setattr(run, "evaluate", lambda hf, out, c, ppl: calls.append(out) or
+                        {"counts": {}, "ppl": {}, "samples": c["samples"]})
+    c = dict(mini.SIZES["smoke"])
+    rep = mini.Replication(c, str(tmp_path), resume=True)
+    first = rep.export_eval("ckpt", "a", target=384, pi=3.0, cache=True)
+    assert rep.export_eval("ckpt", "a", target=384, pi=3.0, cache=True) == first
+    assert len(calls) == 1
+    rep.export_eval("ckpt", "a", target=384, pi=4.0, cache=True)  # another window
+    c["samples"] = 7  # another protocol
+    assert rep.export_eval("ckpt", "a", target=384, pi=4.0, cache=True)["samples"] == 7
+    c["base_iters"] += 1  # another base
+    rep.export_eval("ckpt", "a", target=384, pi=4.0, cache=True)
+    assert len(calls) == 4
+    rep.export_eval("ckpt", "a", target=384, pi=4.0)  # trained rows: never cached
+    mini.Replication(c, str(tmp_path), resume=False).export_eval(
+        "ckpt", "a", target=384, pi=4.0, cache=True)  # no --resume: evaluated afresh
+    assert len(calls) == 6
+
+
+def test_full_length_fine_tuning_does_not_train_its_padding(tmp_path):
+    kw = dict(seq=640, target=1280, pi=2.0, mb=1, gbs=8, iters=10, lr=1e-3, data_prefix="p",
+              save="s", load=None, seed=1)
+    c = mini.SIZES["full"]
+    assert "--eod-mask-loss" not in run.train_argv(c, "m", str(tmp_path), **kw)
+    argv = run.train_argv(c, "m", str(tmp_path), eod_mask=True, warmup=30, **kw)
+    assert "--eod-mask-loss" in argv and argv[argv.index("--lr-warmup-iters") + 1] == "30"
 
 
 @pytest.mark.slow
