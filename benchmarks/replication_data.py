@@ -14,12 +14,13 @@ Three kinds of document, each ending with the recall of a fact stated before it:
   something).
 
 Base-pretraining documents (``L0 / 4 .. L0`` tokens) put the fact at a uniform depth.
-Fine-tuning documents are all ``L - 1`` tokens (at most; the last haystack unit may leave a
-few tokens short), one per training sequence of full-length fine-tuning with its EOD, and put
-the fact inside their first ``fact_span`` tokens: the first ``a`` tokens EndPrompt keeps then
-hold it, and the recall is in the document's tail -- the long-range dependency EndPrompt's
-terminal anchoring targets, spanning nearly the whole document. Every method is fine-tuned on
-the same documents. Keys and values come from seeds distinct from the evaluator's prompts.
+Fine-tuning documents are ``P`` to ``L - 1`` tokens (uniform; at most: the last haystack unit
+may leave a few tokens short), one per training sequence of full-length fine-tuning with its
+EOD, and put the fact inside their first ``fact_span`` tokens: the first ``a`` tokens EndPrompt
+keeps then hold it, and the recall is in the document's tail -- the long-range dependency
+EndPrompt's terminal anchoring targets, spanning the whole document. The varied lengths give
+full-length fine-tuning every fact-recall distance up to ``L`` (all ``L - 1`` long, it saw
+only ~``L`` and lost retrieval at ``L0``). Every method is fine-tuned on the same documents. Keys and values come from seeds distinct from the evaluator's prompts.
 """
 
 from __future__ import annotations

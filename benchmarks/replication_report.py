@@ -129,6 +129,7 @@ def figure(results: dict, path: str) -> str | None:
         ax.set(xscale="log", xlabel="context length (tokens)", ylabel="accuracy (%)",
                ylim=(-3, 103), title=f"{SHORT[task]} ({task})")
         ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xticks([], minor=True)  # a log axis' minor labels collide with the lengths
         ax.axvline(results["config"]["L0"], color="grey", lw=0.8, ls=":")
     ax = axes[2]
     for m, label in labels.items():
@@ -137,14 +138,17 @@ def figure(results: dict, path: str) -> str | None:
         if xs:
             ax.plot(xs, [ppl[str(n)]["mean"] for n in xs], "--" if m == "base" else "-",
                     marker="o", label=label)
-    ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="PPL",
+    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="PPL",
            title="held-out PPL")
     ax.set_xticks(lengths, [str(n) for n in lengths])
-    axes[0].legend(fontsize=7, loc="lower left")
+    ax.set_xticks([], minor=True)
+    handles, names = axes[0].get_legend_handles_labels()  # below the panels: no line hidden
+    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=min(5, len(names)))
     c = results["config"]
     fig.suptitle(f"Mini-replication: L0={c['L0']} -> L={c['L']} (s={c['ratio']}), "
                  f"{c['seeds']} seed(s), {c['samples']} prompts/cell, 95% bands")
-    fig.tight_layout()
+    rows = -(-len(names) // min(5, max(1, len(names))))
+    fig.tight_layout(rect=(0, 0.05 * rows, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
