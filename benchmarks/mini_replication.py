@@ -101,7 +101,7 @@ EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="CI form: tiniest sizes, few iterations")
-    p.add_argument("--methods", default=None, help="comma list of a..g (default: all; "
+    p.add_argument("--methods", default=None, help="comma list of a..h (default: all; "
                                                    "--smoke: a,c)")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per method")
     p.add_argument("--sweep", action="store_true",
@@ -306,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: --methods: unknown {bad}; choose from {','.join(METHODS)}")
     if args.seeds < 1:
         raise SystemExit("error: --seeds must be >= 1")
+    if not c["L0"] < c["L"] or not c["P"] < c["L"]:
+        raise SystemExit(f"error: --target-length {c['L']} must exceed L0 = {c['L0']} and "
+                         f"--seq-length {c['P']}")
+    if c["fact_span"] > c["P"] - c["terminal"]:
+        raise SystemExit(f"error: --fact-span {c['fact_span']} must be <= --seq-length - "
+                         f"--terminal-length = {c['P'] - c['terminal']}: EndPrompt keeps a "
+                         "document's first P - b tokens, which must hold the fact")
     suffix = "_smoke" if args.smoke else ""
     here = os.path.dirname(os.path.abspath(__file__))
     work = os.path.abspath(args.workdir or os.path.join(here, "out",

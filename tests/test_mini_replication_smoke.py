@@ -128,6 +128,18 @@ def test_full_length_fine_tuning_does_not_train_its_padding(tmp_path):
     assert "--eod-mask-loss" in argv and argv[argv.index("--lr-warmup-iters") + 1] == "30"
 
 
+@pytest.mark.parametrize("flags, names", [
+    (["--target-length", "300"], "--target-length"),
+    (["--seq-length", "700"], "--target-length"),
+    (["--fact-span", "120"], "--fact-span"),
+])
+def test_inconsistent_windows_are_refused_in_one_line(flags, names, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        mini.main([*flags, "--workdir", str(tmp_path / "w")])
+    assert str(exc.value).startswith("error: ") and names in str(exc.value)
+    assert not (tmp_path / "w").exists()  # refused before anything is written
+
+
 @pytest.mark.slow
 def test_smoke_run_end_to_end(tmp_path):
     out = tmp_path / "result.json"
