@@ -139,6 +139,17 @@ class Replication:
     def w(self, *p: str) -> str:
         return os.path.join(self.work, *p)
 
+    def reuse(self, path: str, sig: dict, tag: str) -> dict | None:
+        """With ``--resume``: the JSON stored at ``path`` if it was made under ``sig``."""
+        if not (self.resume and os.path.exists(path)):
+            return None
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+        if entry.get("sig") != sig:
+            return None
+        print(f"[{tag}] reusing {path}", flush=True)
+        return entry
+
     def base(self) -> dict:
         """Tokenizer, base documents and the base checkpoint, cached under their config.
         Pretraining runs ``base_iters`` steps, then each of ``base_more`` as a further stage
@@ -210,14 +221,11 @@ class Replication:
                     pi: float | None, cache: bool = False) -> dict:
         """Export ``ckpt`` and evaluate it. ``cache`` (the untrained rows: base, (a)): with
         ``--resume``, reuse an earlier evaluation of the same base, window and protocol."""
-        sig = {"base": {k: self.c[k] for k in (*BASE_KEYS, "base_more")},
-               "eval": {k: self.c[k] for k in EVAL_KEYS}, "target": target, "pi": pi}
-        done = self.w(f"evaluated_{tag}.json")
-        if cache and self.resume and os.path.exists(done):
-            with open(done, encoding="utf-8") as f:
-                entry = json.load(f)
-            if entry.get("sig") == sig:
-                print(f"[{tag}] reusing {done}", flush=True)
+        if cache:
+            sig = {"base": {k: self.c[k] for k in (*BASE_KEYS, "base_more")},
+                   "eval": {k: self.c[k] for k in EVAL_KEYS}, "target": target, "pi": pi}
+            done = self.w(f"evaluated_{tag}.json")
+            if (entry := self.reuse(done, sig, tag)) is not None:
                 return entry["eval"]
         hf = self.w(f"hf_{tag}")
         run.convert(ckpt, hf, target=target, pi=pi)
@@ -237,12 +245,8 @@ class Replication:
         # which other methods this invocation runs does not change this one's run
         sig = {"c": {k: v for k, v in c.items() if k != "methods"}, "m": m, "seed": seed,
                "terminal": terminal, "w": w, "s": s}
-        if self.resume and os.path.exists(done):
-            with open(done, encoding="utf-8") as f:
-                entry = json.load(f)
-            if entry.get("sig") == sig:
-                print(f"[{tag}] reusing {done}", flush=True)
-                return entry
+        if (entry := self.reuse(done, sig, tag)) is not None:
+            return entry
         t0 = time.time()
         ckpt = self.w(f"ckpt_{tag}")
         shutil.rmtree(ckpt, ignore_errors=True)
@@ -272,7 +276,7 @@ class Replication:
         entry.update(run.train(tag, run.train_argv(
             c, self.spm, self.work, pi=float(s), gbs=docs, iters=c["ft_iters"],
             lr=c["ft_lr"], save=ckpt, load=self.base_ckpt, seed=ft_seed,
-            warmup=c.get("ft_warmup"), **kw),
+            warmup=c["ft_warmup"], **kw),
             self.work))
         entry.update(self.export_eval(ckpt, tag, target=self.L, pi=float(s)))
         entry["wall_s"] = round(time.time() - t0, 1)
@@ -294,11 +298,7 @@ def best_placement(summary: dict, L: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     c = dict(SIZES["smoke" if args.smoke else "full"])
-    for key in ("methods", "split_digits", "base_iters", "ft_iters", "ft_lr", "ft_docs", "ratio",
-                "terminal", "w", "samples", "lengths", "L", "P", "fact_span", "base_lr",
-                "ft_warmup", "ft_min"):
-        if getattr(args, key) is not None:
-            c[key] = getattr(args, key)
+    c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
     c["ratio"] = c["ratio"] or -(-c["L"] // c["L0"])  # s = ceil(L / L0)
     methods = [m for m in c["methods"].split(",") if m]
     bad = [m for m in methods if m not in METHODS]

@@ -20,7 +20,8 @@ EOD, and put the fact inside their first ``fact_span`` tokens: the first ``a`` t
 keeps then hold it, and the recall is in the document's tail -- the long-range dependency
 EndPrompt's terminal anchoring targets, spanning the whole document. The varied lengths give
 full-length fine-tuning every fact-recall distance up to ``L`` (all ``L - 1`` long, it saw
-only ~``L`` and lost retrieval at ``L0``). Every method is fine-tuned on the same documents. Keys and values come from seeds distinct from the evaluator's prompts.
+only ~``L`` and lost retrieval at ``L0``). Every method is fine-tuned on the same documents.
+Keys and values come from seeds distinct from the evaluator's prompts.
 """
 
 from __future__ import annotations

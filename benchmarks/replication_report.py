@@ -143,12 +143,12 @@ def figure(results: dict, path: str) -> str | None:
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_xticks([], minor=True)
     handles, names = axes[0].get_legend_handles_labels()  # below the panels: no line hidden
-    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=min(5, len(names)))
+    ncol = max(1, min(5, len(names)))
+    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=ncol)
     c = results["config"]
     fig.suptitle(f"Mini-replication: L0={c['L0']} -> L={c['L']} (s={c['ratio']}), "
                  f"{c['seeds']} seed(s), {c['samples']} prompts/cell, 95% bands")
-    rows = -(-len(names) // min(5, max(1, len(names))))
-    fig.tight_layout(rect=(0, 0.05 * rows, 1, 1))
+    fig.tight_layout(rect=(0, 0.05 * -(-len(names) // ncol), 1, 1))  # room for the legend
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
