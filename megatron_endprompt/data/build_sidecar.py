@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from megatron_endprompt.data.indexed_io import IndexReader
+from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
 from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, file_fingerprint,
@@ -74,7 +76,7 @@ class SidecarOptions:
     partition: tuple[int, int] = (0, 1)
     """``(index, count)`` of a sharded run: the draws use :func:`partition_seed`."""
     progress: bool = True
-    """tqdm bar over documents."""
+    """A tqdm bar over documents on a terminal, else periodic progress lines (a log file)."""
 
     def __post_init__(self) -> None:
         if self.terminal_source not in TERMINAL_SOURCES:
@@ -130,9 +132,6 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
 
 
 def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_stats) -> dict:
-    from megatron.core.datasets.indexed_dataset import _IndexReader
-    from tqdm import tqdm
-
     prefix = opts.data_prefix
     bin_path = bin_path or prefix + ".bin"
     idx_path = idx_path or prefix + ".idx"
@@ -140,11 +139,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         if not os.path.isfile(path):
             raise UserError(f"--data-prefix {prefix}: {path} not found; give the prefix of an "
                             "existing Megatron .bin/.idx pair (without the suffix)")
-    try:
-        index = _IndexReader(idx_path, multimodal=False)
-    except Exception as exc:  # a truncated or foreign file fails deep inside numpy
-        raise UserError(f"{idx_path}: not a readable Megatron .idx ({str(exc)[:120]}); "
-                        "rebuild it with preprocess_data.py") from None
+    index = IndexReader(idx_path)  # numpy only: no torch/Megatron-Core import
     bin_bytes = os.path.getsize(bin_path)
     starts, ends = token_stream_bounds(index, prefix, bin_bytes)
     vocab_limit = np.iinfo(index.dtype).max + 1 if np.issubdtype(index.dtype, np.integer) else None
@@ -172,7 +167,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
     ptr = _Rows(1, np.int64)
     ptr.append(0)
     pieces = _Rows(2, np.int64)
-    bar = tqdm(total=len(starts), unit="docs", disable=None if opts.progress else True)
+    bar = Progress(len(starts), unit="documents", enabled=opts.progress)
     for start, end in zip(starts.tolist(), ends.tolist()):
         for offsets, record in maker.add_document(np.arange(start, end, dtype=np.int64)):
             for piece in pieces_of(offsets):

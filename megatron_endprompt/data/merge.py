@@ -1,8 +1,9 @@
 """Merge preprocessed shards (``PREFIX_partI_of_N``) into one prefix.
 
-The ``.bin/.idx`` are concatenated with Megatron's own ``IndexedDatasetBuilder.add_index``,
-so the merged corpus is byte for byte what one run over all the inputs writes. The sidecars'
-records are concatenated unchanged (each shard drew its layouts from ``(seed, partition,
+The ``.bin/.idx`` are concatenated as Megatron's ``IndexedDatasetBuilder.add_index`` does
+(:class:`~megatron_endprompt.data.indexed_io.IndexedWriter`: the same bytes, without importing
+torch), so the merged corpus is byte for byte what one run over all the inputs writes. The
+sidecars' records are concatenated unchanged (each shard drew its layouts from ``(seed, partition,
 sample)``); their spans are shifted by the tokens of the shards before them; the fingerprints
 of the merged ``.idx``/``.bin`` and the header checksum are recomputed (by
 :func:`~megatron_endprompt.data.sidecar.write_sidecar`), and the shards' tokenizer identity is
@@ -20,6 +21,7 @@ from dataclasses import asdict
 import numpy as np
 
 from megatron_endprompt.data.atomic_output import PrefixWriter
+from megatron_endprompt.data.indexed_io import IndexedWriter, IndexReader
 from megatron_endprompt.data.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,
                                              sidecar_path, write_sidecar)
 from megatron_endprompt.data.spans import pack_sources, sidecar_pieces
@@ -57,8 +59,6 @@ def _check_same(first: str, h0: SidecarHeader, other: str, h: SidecarHeader) -> 
 
 def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> dict:
     """Merge ``inputs`` (prefixes, in order) into ``output_prefix``; returns a summary."""
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder, _IndexReader
-
     if len(inputs) < 2:
         raise UserError("--inputs: give at least two prefixes to merge")
     out_abs = os.path.abspath(output_prefix)
@@ -71,7 +71,7 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
                 raise UserError(f"--inputs {prefix}: {prefix}{suffix} not found; give prefixes "
                                 "without the suffix")
         sidecars.append(read_sidecar(sidecar_path(prefix, name), prefix=prefix))
-        dtypes.append(_IndexReader(prefix + ".idx", multimodal=False).dtype)
+        dtypes.append(IndexReader(prefix + ".idx").dtype)
     h0 = sidecars[0].header
     for prefix, sc, dtype in zip(inputs[1:], sidecars[1:], dtypes[1:]):
         _check_same(inputs[0], h0, prefix, sc.header)
@@ -88,7 +88,7 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
     writer = PrefixWriter(output_prefix, sidecar=out_sidecar)
     tmp = writer.tmp
     try:
-        builder = IndexedDatasetBuilder(tmp[".bin"], dtype=dtypes[0])
+        builder = IndexedWriter(tmp[".bin"], dtypes[0])
         for prefix in inputs:
             builder.add_index(prefix)
         builder.finalize(tmp[".idx"])

@@ -4,8 +4,9 @@ Pipeline: tokenize, then build the sidecar on the same code as for any existing 
 (:mod:`~megatron_endprompt.data.build_sidecar`). Documents are read in order (a partition of
 the inputs with ``--partitions/--partition-index``), tokenized by
 :mod:`~megatron_endprompt.data.encode` (Rust batches for HF fast tokenizers, else a worker
-pool) and streamed into Megatron's ``IndexedDatasetBuilder`` one document per sequence —
-exactly the ``.bin/.idx`` Megatron-LM's ``tools/preprocess_data.py`` writes — so one
+pool) and streamed one document per sequence into
+:class:`~megatron_endprompt.data.indexed_io.IndexedWriter` — byte for byte the ``.bin/.idx``
+Megatron-LM's ``tools/preprocess_data.py`` writes through ``IndexedDatasetBuilder`` — so one
 tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
 before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.early_encode`), its
 work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names,
@@ -15,7 +16,6 @@ committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprom
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +24,8 @@ from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_pre
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.encode import fast_encoded, pool_encoded, probe_fast_encoder
+from megatron_endprompt.data.indexed_io import IndexedWriter, optimal_dtype
+from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import check_sidecar_name, sidecar_path
@@ -107,9 +109,10 @@ def preprocess(opts: PreprocessOptions) -> dict:
     # encode_batch's rayon pool: --workers threads, as Megatron-LM uses --workers processes
     os.environ.setdefault("RAYON_RS_NUM_THREADS", str(opts.workers))
     span = input_range(paths, opts.partition_index, opts.partitions)
+    started = time.perf_counter()  # rates and ETA count from here: tokenizing starts now
     early = _start_early(opts, span)  # tokenizes while torch/Megatron import below
     try:
-        return _preprocess(opts, span, early)
+        return _preprocess(opts, span, early, started)
     finally:
         if early is not None:
             early.cancel()
@@ -126,9 +129,8 @@ def _start_early(opts: PreprocessOptions, span) -> EarlyEncoding | None:
         return None
 
 
-def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> dict:
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
-
+def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
+                started: float) -> dict:
     tokenizer = build_tokenizer(opts.tokenizer)  # fail fast, before any worker starts
     sidecar_opts = SidecarOptions(
         data_prefix=opts.prefix, layout=opts.layout, terminal_source=opts.terminal_source,
@@ -148,8 +150,9 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> d
     tmp = writer.tmp
     skipped: Counter[str] = Counter()
     t0 = time.perf_counter()
+    builder = None
     try:
-        builder = IndexedDatasetBuilder(tmp[".bin"], dtype=DType.optimal_dtype(tokenizer.vocab_size))
+        builder = IndexedWriter(tmp[".bin"], optimal_dtype(tokenizer.vocab_size))
         encoder = probe_fast_encoder(tokenizer, read_lines(span), json_keys=opts.json_keys,
                                      append_eod=opts.append_eod)
         docs = None if early is None else early.adopt(
@@ -162,7 +165,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> d
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             docs = pool_encoded(read_lines(span), spec=opts.tokenizer, json_keys=opts.json_keys,
                                 append_eod=opts.append_eod, workers=opts.workers)
-        progress = _Progress(span.total_bytes, opts.progress, opts.log_interval)
+        progress = Progress(span.total_bytes, enabled=opts.progress, started=started,
+                            every_items=opts.log_interval)
         n_docs = n_tokens = 0
         for status, ids, nbytes in docs:
             if ids is None:
@@ -171,7 +175,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> d
                 builder.add_document(ids, [len(ids)])
                 n_docs += 1
                 n_tokens += len(ids)
-            progress.update(nbytes, n_tokens)
+            progress.update(nbytes, tokens=n_tokens)
         progress.close()
         read = {"documents_read": n_docs + sum(skipped.values()),
                 "documents_skipped": dict(skipped),
@@ -190,6 +194,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> d
         summary["seconds"] = round(time.perf_counter() - t0, 3)
         writer.commit()
     finally:
+        if builder is not None:
+            builder.close()  # idempotent; an aborted run's .bin is closed before removal
         writer.close()
     return summary
 
@@ -200,41 +206,6 @@ def _no_sample(opts: PreprocessOptions, docs: int, tokens: int) -> None:
     raise UserError(
         f"--input: no sample could be built{part} ({docs} documents, {tokens} tokens; one "
         f"sample needs {opts.layout.seq_length + 1}); add data or lower --seq-length")
-
-
-class _Progress:
-    """Bytes done of the total with an ETA: a tqdm bar on a terminal, else a line every
-    ``log_interval`` documents (as Megatron-LM's ``--log-interval``)."""
-
-    def __init__(self, total: int, enabled: bool, log_interval: int) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                        smoothing=0.1, disable=None if enabled else True)
-        self.log = enabled and self.bar.disable
-        self.total, self.every = total, log_interval
-        self.done = self.docs = 0
-        self.t0 = time.perf_counter()
-
-    def update(self, nbytes: int, tokens: int) -> None:
-        self.done += nbytes
-        self.docs += 1
-        if not self.bar.disable:
-            self.bar.update(nbytes)
-            if self.docs % 256 == 0:
-                elapsed = max(time.perf_counter() - self.t0, 1e-9)
-                self.bar.set_postfix_str(f"{self.docs:,} docs, {tokens / elapsed:,.0f} tokens/s")
-        elif self.log and self.docs % self.every == 0:
-            elapsed = max(time.perf_counter() - self.t0, 1e-9)
-            rate = self.done / elapsed
-            eta = (self.total - self.done) / rate if rate else 0.0
-            print(f"processed {self.docs:,} documents, {self.done / 2**20:,.1f} of "
-                  f"{self.total / 2**20:,.1f} MiB ({100 * self.done / max(self.total, 1):.1f}%), "
-                  f"{tokens / elapsed:,.0f} tokens/s, ETA {eta:,.0f} s", file=sys.stderr,
-                  flush=True)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def format_summary(summary: dict) -> str:

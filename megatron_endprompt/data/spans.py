@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from megatron_endprompt.data.indexed_io import CorpusReader
 from megatron_endprompt.errors import UserError
 
 EOD_PIECE = -1
@@ -298,9 +299,7 @@ def span_reader(prefix: str, sidecar, dtype) -> SpanReader:
 def sample_reader(prefix: str, sidecar):
     """``tokens(i) -> [P + 1]`` for either sidecar kind: stored samples (``PREFIX.bin``
     sequence ``i``) or spans composed from the corpus."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-    data = IndexedDataset(prefix)
+    data = CorpusReader(prefix)
     if sidecar.sources is None:
         return lambda i: np.asarray(data[i])
     return span_reader(prefix, sidecar, data.index.dtype).tokens
