@@ -275,9 +275,8 @@ def _interrupt(*args, **kwargs):
 @pytest.mark.parametrize("where", ["finalize", "sidecar", "mid-stream"])
 def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool, spm_args,
                                                  good_output, tmp_path, monkeypatch):
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
     import megatron_endprompt.data.build_sidecar as pp
+    from megatron_endprompt.data.indexed_io import IndexedWriter as IndexedDatasetBuilder
     import megatron_endprompt.data.encode as encode
 
     workers = 1
