@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vocab-size", type=int, default=None, help="NullTokenizer vocabulary size")
     g.add_argument("--workers", type=int, default=1,
                    help="tokenizer processes (Rust threads for an HF fast tokenizer)")
+    g.add_argument("--tokenizer-backend", choices=("auto", "hf", "tiktoken"), default="auto",
+                   help="auto: tiktoken for a byte-level BPE tokenizer.json that converts and "
+                        "gives Megatron's ids on a probe, else HF tokenizers; hf: never "
+                        "tiktoken; tiktoken: refuse the run when it cannot be used")
     g.add_argument("--append-eod", action="store_true", help="append EOD to every document")
     g.add_argument("--partitions", type=int, default=1,
                    help="cut the inputs into N line-aligned byte ranges, one process (machine) "
@@ -100,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             partitions=args.partitions,
             partition_index=args.partition_index or 0,
             log_interval=args.log_interval,
+            tokenizer_backend=args.tokenizer_backend,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -11,7 +11,9 @@ keeps the documents already encoded — and the running pipeline — only if the
 is exactly the one Megatron built (same serialized state: model, normalizer, pre-tokenizer,
 post-processor, added tokens; ``to_str()`` equal), so the ids are Megatron's by construction,
 and the probe of :func:`~megatron_endprompt.data.encode.probe_fast_encoder` has already
-passed on Megatron's own backend. Otherwise the work is dropped and the caller encodes from
+passed on Megatron's own backend. With ``use_tiktoken`` the thread runs the tiktoken encoder
+of the same file (:mod:`.tiktoken_encoder`), kept only if the probe chose tiktoken too.
+Otherwise the work is dropped and the caller encodes from
 scratch with Megatron's backend: slower, never different.
 
 Memory stays bounded: the thread stops producing while ``max_pending_tokens`` encoded tokens
@@ -28,6 +30,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from megatron_endprompt.data.encode import FastEncoder, fast_encoded
+from megatron_endprompt.data.tiktoken_encoder import TiktokenEncoder, tiktoken_encoder
 from megatron_endprompt.data.tokenizer import TokenizerSpec
 
 _END = object()
@@ -50,12 +53,17 @@ class EarlyEncoding:
     """
 
     def __init__(self, path: str, lines, *, json_keys: list[str], append_eod: bool,
-                 spec: TokenizerSpec, max_pending_tokens: int = 1 << 25) -> None:
+                 spec: TokenizerSpec, max_pending_tokens: int = 1 << 25,
+                 use_tiktoken: bool = False, workers: int = 1) -> None:
         from tokenizers import Tokenizer
 
         self.backend = Tokenizer.from_file(path)
         self.append_eod = append_eod
-        self._encoder = FastEncoder(self.backend, eod=0 if append_eod else None)
+        eod = 0 if append_eod else None
+        encoder = None
+        if use_tiktoken:  # kept only if the probe admits tiktoken for Megatron's tokenizer
+            encoder, _ = tiktoken_encoder(self.backend, eod=eod, workers=workers)
+        self._encoder = encoder or FastEncoder(self.backend, eod=eod)
         self._items: deque = deque()
         self._pending = 0
         self._limit = max_pending_tokens
@@ -107,11 +115,11 @@ class EarlyEncoding:
         if threading.current_thread() is not self._thread:
             self._thread.join()  # before any fork (the pool path) and so no batch runs on
 
-    def adopt(self, encoder: FastEncoder | None, *, vocab: int | None,
+    def adopt(self, encoder: FastEncoder | TiktokenEncoder | None, *, vocab: int | None,
               eod: int | None) -> Iterator[tuple[str, np.ndarray | None, int]] | None:
         """The documents in input order, as ``fast_encoded`` on Megatron's ``encoder`` would
         yield them, if the file's backend is that encoder's; else cancel and ``None``."""
-        same = (encoder is not None
+        same = (encoder is not None and type(encoder) is type(self._encoder)
                 and self.backend.to_str() == encoder.backend.to_str()
                 and (vocab is None or self.backend.get_vocab_size(with_added_tokens=True) <= vocab)
                 and (eod is not None) == self.append_eod)

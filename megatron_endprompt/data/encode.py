@@ -45,6 +45,21 @@ _CHUNK_CHARS = 1 << 18
 _SAFE_SPLIT = re.compile(r"(?<=\S) (?=\S)")
 
 
+def chunk_cuts(text: str) -> list[int]:
+    """Cut points ``[0, ..., len(text)]`` about every ``_CHUNK_CHARS`` characters, each at a
+    single space between two non-space characters: a byte-level split pattern (GPT-2's,
+    Llama-3's) starts a pre-token there whatever the context, so encoding the chunks one by
+    one gives the ids of the whole text."""
+    cuts = [0]
+    while True:
+        m = _SAFE_SPLIT.search(text, cuts[-1] + _CHUNK_CHARS)
+        if m is None:
+            break
+        cuts.append(m.start())
+    cuts.append(len(text))
+    return cuts
+
+
 def check_ids(where: str, ids: np.ndarray, vocab: int | None, spec: TokenizerSpec) -> None:
     """Refuse ids that the ``.bin`` dtype or the vocabulary cannot hold."""
     if int(ids.min()) < 0:  # would wrap around silently in the unsigned .bin dtype
@@ -197,13 +212,7 @@ class FastEncoder:
 
     def _encode_long(self, text: str) -> np.ndarray:
         """A long text, chunk by chunk (bounded memory; same ids as one encode)."""
-        cuts = [0]
-        while True:
-            m = _SAFE_SPLIT.search(text, cuts[-1] + _CHUNK_CHARS)
-            if m is None:
-                break
-            cuts.append(m.start())
-        cuts.append(len(text))
+        cuts = chunk_cuts(text)
         pieces = [np.asarray(self.prefix, dtype=np.int32)]
         # two chunks per call (one per rayon thread at --workers 2): the Rust state of only
         # ~512 KiB of text is alive at a time (see _FAST_BATCH_BYTES)
@@ -285,13 +294,8 @@ def fast_encoded(lines, encoder: FastEncoder, *, json_keys: list[str], vocab: in
             yield from results(pending[0], pending[1].result())
 
 
-def probe_fast_encoder(tokenizer, lines, *, json_keys: list[str], append_eod: bool):
-    """A :class:`FastEncoder` if the tokenizer has a fast backend that gives Megatron's ids on
-    the first documents of ``lines``; else ``None`` (the pool path is used)."""
-    backend = fast_backend(tokenizer)
-    if backend is None:
-        return None
-    encoder = FastEncoder(backend, eod=tokenizer.eod if append_eod else None)
+def first_texts(lines, json_keys: list[str], *, n: int = 8) -> list[str]:
+    """The texts (cut at 20,000 characters) of the first ``n`` documents, for the id probes."""
     texts = []
     for path, lineno, raw in itertools.islice(lines, 64):
         try:
@@ -300,9 +304,19 @@ def probe_fast_encoder(tokenizer, lines, *, json_keys: list[str], append_eod: bo
             break  # reported with its line number by the real pass
         if text is not None:
             texts.append(text[:20000])
-        if len(texts) == 8:
+        if len(texts) == n:
             break
-    texts.append("Probe: \u00e9t\u00e9, 12345 tokens\n\n  spaced   words")
+    return texts
+
+
+def probe_fast_encoder(tokenizer, texts: list[str], *, append_eod: bool):
+    """A :class:`FastEncoder` if the tokenizer has a fast backend that gives Megatron's ids on
+    ``texts`` (the first documents); else ``None`` (the pool path is used)."""
+    backend = fast_backend(tokenizer)
+    if backend is None:
+        return None
+    encoder = FastEncoder(backend, eod=tokenizer.eod if append_eod else None)
+    texts = [*texts, "Probe: \u00e9t\u00e9, 12345 tokens\n\n  spaced   words"]
     for text, ids in zip(texts, encoder.encode(texts)):
         want = list(tokenizer.tokenize(text)) + ([tokenizer.eod] if append_eod else [])
         if ids.tolist() != want:

@@ -16,6 +16,7 @@ committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprom
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,12 +24,13 @@ from dataclasses import dataclass, field
 from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
-from megatron_endprompt.data.encode import fast_encoded, pool_encoded, probe_fast_encoder
+from megatron_endprompt.data.encode import fast_encoded, first_texts, pool_encoded
 from megatron_endprompt.data.indexed_io import IndexedWriter, optimal_dtype
 from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import check_sidecar_name, sidecar_path
+from megatron_endprompt.data.tiktoken_encoder import BACKENDS, choose_encoder
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
@@ -69,6 +71,8 @@ class PreprocessOptions:
     """``--log-interval``: documents between progress lines when stderr is not a terminal."""
     progress: bool = True
     """Show a tqdm bar (bytes done of the total, ETA) on a terminal."""
+    tokenizer_backend: str = "auto"
+    """``--tokenizer-backend``: auto | hf | tiktoken (see ``tiktoken_encoder.BACKENDS``)."""
     name: str | None = None
     """``--name``: write the sidecar as ``PREFIX.NAME.endprompt`` (default ``PREFIX.endprompt``)."""
 
@@ -81,6 +85,8 @@ class PreprocessOptions:
                                  "--terminal-length")
             # fail before the tokenizer and workers start (prompts are checked once tokenized)
             self.layout.check_terminal_length(self.terminal_length)
+        if self.tokenizer_backend not in BACKENDS:
+            raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}")
         if self.workers < 1:
             raise ValueError(f"--workers {self.workers} must be >= 1")
         if not self.json_keys:
@@ -124,7 +130,8 @@ def _start_early(opts: PreprocessOptions, span) -> EarlyEncoding | None:
         return None
     try:
         return EarlyEncoding(path, read_lines(span), json_keys=opts.json_keys,
-                             append_eod=opts.append_eod, spec=opts.tokenizer)
+                             append_eod=opts.append_eod, spec=opts.tokenizer,
+                             use_tiktoken=opts.tokenizer_backend != "hf", workers=opts.workers)
     except Exception:  # a file transformers reads but tokenizers cannot: Megatron's path decides
         return None
 
@@ -153,8 +160,15 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
     builder = None
     try:
         builder = IndexedWriter(tmp[".bin"], optimal_dtype(tokenizer.vocab_size))
-        encoder = probe_fast_encoder(tokenizer, read_lines(span), json_keys=opts.json_keys,
-                                     append_eod=opts.append_eod)
+        encoder, path, why = choose_encoder(
+            tokenizer, first_texts(read_lines(span), opts.json_keys), append_eod=opts.append_eod,
+            workers=opts.workers, backend=opts.tokenizer_backend)
+        if opts.tokenizer_backend == "tiktoken" and path != "tiktoken":
+            raise UserError(f"--tokenizer-backend tiktoken: cannot be used for "
+                            f"{opts.tokenizer.tokenizer_model} ({why}); use "
+                            "--tokenizer-backend auto")
+        if opts.progress:
+            print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
         docs = None if early is None else early.adopt(
             encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
         if docs is None and encoder is not None:
@@ -179,7 +193,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         progress.close()
         read = {"documents_read": n_docs + sum(skipped.values()),
                 "documents_skipped": dict(skipped),
-                "tokenizer_path": "rust-batch" if encoder is not None else "per-document"}
+                "tokenizer_path": path, "tokenizer_path_reason": why}
         if n_docs == 0:
             _no_sample(opts, 0, 0)
         builder.finalize(tmp[".idx"])
@@ -198,6 +212,10 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             builder.close()  # idempotent; an aborted run's .bin is closed before removal
         writer.close()
     return summary
+
+
+_PATH_NAMES = {"tiktoken": "tiktoken", "rust-batch": "HF tokenizers (Rust batches)",
+               "per-document": "Megatron's tokenizer per document (worker pool)"}
 
 
 def _no_sample(opts: PreprocessOptions, docs: int, tokens: int) -> None:
