@@ -43,6 +43,7 @@ _FAST_BATCH_BYTES = 1 << 18
 _CHUNK_CHARS = 1 << 18
 """Documents longer than this are encoded in chunks of about this many characters."""
 _SAFE_SPLIT = re.compile(r"(?<=\S) (?=\S)")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def chunk_cuts(text: str) -> list[int]:
@@ -302,7 +303,7 @@ def first_texts(lines, json_keys: list[str], *, n: int = 8) -> list[str]:
             status, text = parse_line(path, lineno, raw, json_keys)
         except UserError:
             break  # reported with its line number by the real pass
-        if text is not None:
+        if text is not None and not _SURROGATE.search(text):  # reported by the real pass
             texts.append(text[:20000])
         if len(texts) == n:
             break
