@@ -52,16 +52,23 @@ def test_lines_are_periodic_and_end_with_a_last_line():
     assert "\r" not in out.getvalue()
 
 
-def test_preprocess_log_lines_show_possible_rates(llama3_args, run_tool, tmp_path):
-    """End to end with early encoding (the Llama-3-like tokenizer.json): every logged rate is
-    below what 50 ms for the whole run would give — the old lines divided a drained backlog by
-    microseconds."""
+def test_preprocess_log_lines_show_possible_rates(llama3_args, run_tool, tmp_path,
+                                                 monkeypatch):
+    """End to end with early encoding (the Llama-3-like tokenizer.json) while Megatron's
+    tokenizer takes 0.3 s to build (the imports of a fresh process): every logged rate is below
+    all the tokens in 0.25 s — the old lines divided the drained backlog by microseconds."""
+    import time
+
+    import megatron_endprompt.data.preprocess as pp
+
+    real = pp.build_tokenizer
+    monkeypatch.setattr(pp, "build_tokenizer", lambda spec: time.sleep(0.3) or real(spec))
     argv = [a for a in llama3_args(tmp_path / "x", "--log-interval", 1) if a != "--no-progress"]
     rc, out, err = run_tool(preprocess_cli.main, argv)
     assert rc == 0, err
     total = int(re.search(r"of ([\d,]+) tokenized", out).group(1).replace(",", ""))
     rates = [float(m.replace(",", "")) for m in re.findall(r"([\d,]+) tokens/s", err)]
-    assert rates and max(rates) <= total / 0.05
+    assert rates and max(rates) <= total / 0.25
     assert "\r" not in err and "tokenizer path:" in err
 
 
