@@ -41,7 +41,7 @@ def _compact(values: np.ndarray) -> str:
 
 
 def _tokenizer(args, header) -> object | None:
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
 
     if args.no_text:
         return None
@@ -52,6 +52,9 @@ def _tokenizer(args, header) -> object | None:
         rec = header.tokenizer
         if not rec or (rec.get("tokenizer_model") and not os.path.exists(rec["tokenizer_model"])):
             return None
+        light = json_detokenizer(rec)  # the recorded vocabulary, without torch/Megatron
+        if light is not None:
+            return light
         spec = TokenizerSpec(tokenizer_type=rec["tokenizer_type"],
                              tokenizer_model=rec.get("tokenizer_model"),
                              vocab_size=rec.get("vocab_size"))

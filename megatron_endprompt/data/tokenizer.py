@@ -108,3 +108,41 @@ def token_text(tokenizer: Any, token_id: int) -> str | None:
             tokenizer, "ids_to_tokens") else None
     except Exception:  # noqa: BLE001 - a summary nicety only
         return None
+
+
+class JsonDetokenizer:
+    """Detokenizing with ``tokenizers`` alone, for ``inspect``: what Megatron's
+    ``HuggingFaceTokenizer.detokenize`` does (id -> token strings -> the file's decoder) without
+    importing torch, Megatron-Core and transformers (~4 s of CPU). ``vocab_size`` is the size
+    recorded with the data."""
+
+    def __init__(self, backend: Any, vocab_size: int) -> None:
+        self.backend, self.vocab_size = backend, vocab_size
+
+    def ids_to_tokens(self, ids: list[int]) -> list[str | None]:
+        return [self.backend.id_to_token(int(i)) for i in ids]
+
+    def detokenize(self, ids: list[int]) -> str:
+        tokens = [t for t in self.ids_to_tokens(ids) if t is not None]
+        decoder = self.backend.decoder
+        return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
+
+
+def json_detokenizer(recorded: dict) -> JsonDetokenizer | None:
+    """A :class:`JsonDetokenizer` for a recorded ``HuggingFaceTokenizer`` identity whose
+    directory still holds a ``tokenizer.json`` with the same vocabulary fingerprint; else
+    ``None`` (the caller builds Megatron's tokenizer)."""
+    from megatron_endprompt.data.tokenizer_identity import vocab_fingerprint
+
+    model = recorded.get("tokenizer_model")
+    path = os.path.join(model, "tokenizer.json") if model else ""
+    if recorded.get("tokenizer_type") != "HuggingFaceTokenizer" or not os.path.isfile(path) \
+            or not recorded.get("fingerprint") or not recorded.get("vocab_size"):
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        light = JsonDetokenizer(Tokenizer.from_file(path), int(recorded["vocab_size"]))
+    except Exception:  # noqa: BLE001 - a file only transformers reads: Megatron's path decides
+        return None
+    return light if vocab_fingerprint(light) == recorded["fingerprint"] else None

@@ -1,0 +1,65 @@
+"""The data tools that only read or write the corpus start without torch/Megatron-Core
+(issue 26): the sidecar tool on an existing corpus and ``inspect`` (text via ``tokenizers``
+alone when the recorded tokenizer.json still has the recorded vocabulary)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from megatron_endprompt.cli import inspect as inspect_cli
+from megatron_endprompt.cli import preprocess as preprocess_cli
+from megatron_endprompt.data import tokenizer as tokenizer_mod
+from megatron_endprompt.data.indexed_io import IndexedWriter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PROBE = """
+import sys, runpy
+sys.argv = {argv!r}
+try:
+    runpy.run_path({tool!r}, run_name="__main__")
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+heavy = sorted(m for m in ("torch", "megatron.core", "transformers") if m in sys.modules)
+print("HEAVY=" + ",".join(heavy))
+"""
+
+
+def _heavy_modules(tool: str, argv: list[str]) -> str:
+    code = _PROBE.format(argv=[tool, *map(str, argv)], tool=os.path.join(ROOT, "tools", tool))
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.rsplit("HEAVY=", 1)[1].strip()
+
+
+def test_sidecar_tool_and_inspect_do_not_import_torch(llama3_args, run_tool, tmp_path):
+    prefix = tmp_path / "c"
+    w = IndexedWriter(f"{prefix}.bin", np.uint16)
+    for d in np.random.default_rng(0).integers(0, 1000, (40, 50)):
+        w.add_document(d, [len(d)])
+    w.finalize(f"{prefix}.idx")
+    assert _heavy_modules("build_endprompt_sidecar.py", [
+        "--data-prefix", prefix, "--seq-length", 32, "--target-length", 256,
+        "--terminal-length", 8, "--no-progress"]) == ""
+    assert _heavy_modules("inspect_endprompt.py", [prefix, "--index", 1]) == ""
+    # a preprocessed prefix with a recorded HF tokenizer: text from tokenizer.json alone
+    assert run_tool(preprocess_cli.main, llama3_args(tmp_path / "p"))[0] == 0
+    assert _heavy_modules("inspect_endprompt.py", [tmp_path / "p", "--index", 1]) == ""
+
+
+def test_inspect_text_without_megatron_equals_megatrons(llama3_args, run_tool, tmp_path,
+                                                        monkeypatch):
+    assert run_tool(preprocess_cli.main, llama3_args(tmp_path / "p"))[0] == 0
+    rc, light, err = run_tool(inspect_cli.main, [tmp_path / "p", "--index", 2, "--json"])
+    assert rc == 0, err
+    monkeypatch.setattr(tokenizer_mod, "json_detokenizer", lambda rec: None)
+    rc, full, err = run_tool(inspect_cli.main, [tmp_path / "p", "--index", 2, "--json"])
+    assert rc == 0, err
+    a, b = json.loads(light)["sample"], json.loads(full)["sample"]
+    assert a["context_text"] and a == b
