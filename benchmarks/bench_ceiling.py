@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # -- the ceiling: bare Rust encoding ------------------------------------------------------
-def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int) -> None:
+def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int, workers: int = 2) -> None:
     """In a fresh process whose rayon pool has ``RAYON_RS_NUM_THREADS`` threads: read every
     document into memory, then time ``Tokenizer.encode_batch_fast`` alone over them (no I/O,
     no start-up, no writing), in batches of 1,024 documents (ours) and in one call; print the
@@ -41,6 +41,24 @@ def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int) -> None:
             if best is None or wall < best["wall"]:
                 best = {"tokens": n, "wall": wall, "cpu": cpu}
         out[str(size)] = best
+    from megatron_endprompt.data.tiktoken_bpe import convert
+
+    enc = convert(tok.to_str()).encoding
+    if enc is not None:  # the bare tiktoken encoder on the same texts (+ BOS/EOD counted as HF)
+        extra = len(tok.encode("a", add_special_tokens=True).ids) - len(
+            tok.encode("a", add_special_tokens=False).ids) + 1
+        best = None
+        for _ in range(trials):
+            t0, c0 = time.perf_counter(), time.process_time()
+            n = 0
+            for i in range(0, len(texts), 1024):
+                n += sum(len(ids) + extra for ids in enc.encode_batch(
+                    texts[i : i + 1024], num_threads=workers, allowed_special="all"))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            if best is None or wall < best["wall"]:
+                best = {"tokens": n, "wall": wall, "cpu": cpu}
+        best["same_token_count"] = n == out["1024"]["tokens"]
+        out["tiktoken"] = best
     print(json.dumps(out))
 
 
@@ -50,9 +68,10 @@ def time_ceiling(workers: int, trials: int, jsonl: str, tok_dir: str) -> dict:
                PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
     res = subprocess.run(
         [sys.executable, "-c", "import sys, bench_ceiling as b; "
-         "b.ceiling_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))",
-         jsonl, tok_dir, str(trials)],
+         "b.ceiling_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))",
+         jsonl, tok_dir, str(trials), str(workers)],
         env=env, check=True, capture_output=True, text=True)
     runs = json.loads(res.stdout.strip().splitlines()[-1])
+    bare_tiktoken = runs.pop("tiktoken", None)
     size, best = min(runs.items(), key=lambda kv: kv[1]["wall"])
-    return {"batch_docs": int(size), **best, "runs": runs}
+    return {"batch_docs": int(size), **best, "runs": runs, "tiktoken": bare_tiktoken}

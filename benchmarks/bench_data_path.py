@@ -51,9 +51,7 @@ import itertools
 import json
 import os
 import platform
-import resource
 import shutil
-import subprocess
 import sys
 import time
 
@@ -61,133 +59,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bench_ceiling import time_ceiling  # noqa: E402
-from megatron_loop_replica import replica_preprocess  # noqa: E402
+from data_path_runs import build_gpt2_like, time_preprocessing, write_jsonl  # noqa: E402
+
 REPO = os.path.dirname(HERE)
-
-
-# -- input --------------------------------------------------------------------------------
-def write_jsonl(corpus: str, path: str, *, doc_chars: int, repeat: int) -> int:
-    """Paragraphs of ``corpus`` grouped into documents of >= ``doc_chars`` characters, the whole
-    set written ``repeat`` times as JSONL; returns the number of documents written."""
-    with open(corpus, encoding="utf-8") as f:
-        paragraphs = [p.strip() for p in f.read().split("\n\n") if p.strip()]
-    docs: list[str] = []
-    current: list[str] = []
-    size = 0
-    for p in paragraphs:
-        current.append(p)
-        size += len(p) + 2
-        if size >= doc_chars:
-            docs.append("\n\n".join(current))
-            current, size = [], 0
-    if current:
-        docs.append("\n\n".join(current))
-    lines = "".join(json.dumps({"text": d}) + "\n" for d in docs)
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(repeat):
-            f.write(lines)
-    return len(docs) * repeat
-
-
-# -- tokenizers -----------------------------------------------------------------------------
-def build_gpt2_like(corpus_jsonl: str, directory: str, vocab_size: int) -> str:
-    """A GPT-2-style ``tokenizer.json`` (byte-level BPE, ``<|endoftext|>``, no BOS) trained
-    offline on the corpus, saved as a Hugging Face directory; returns the directory."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    with open(corpus_jsonl, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    eot = "<|endoftext|>"
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=eot, eos_token=eot,
-                            unk_token=eot).save_pretrained(directory)
-    return directory
-
-
-# -- running the tools ----------------------------------------------------------------------
-def run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
-    """``(wall s, CPU s of the process and its children, peak RSS MiB)`` of one command."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}):\n{err[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
-
-
-def ours_cmd(jsonl: str, prefix: str, tok: tuple[str, str], args) -> list[str]:
-    return [sys.executable, os.path.join(REPO, "tools", "preprocess_endprompt.py"),
-            "--input", jsonl, "--output-prefix", prefix, "--tokenizer-type", tok[0],
-            "--tokenizer-model", tok[1], "--workers", str(args.workers), "--append-eod",
-            "--seq-length", str(args.seq_length), "--target-length", str(args.target_length),
-            "--terminal-length", str(args.terminal_length), "--no-progress"]
-
-
-def megatron_cmd(jsonl: str, prefix: str, tok: tuple[str, str], args) -> list[str]:
-    """Megatron-LM's real ``tools/preprocess_data.py`` (writes ``prefix_text_document.*``)."""
-    return [sys.executable, os.path.join(args.megatron_lm, "tools", "preprocess_data.py"),
-            "--input", jsonl, "--output-prefix", prefix, "--tokenizer-type", tok[0],
-            "--tokenizer-model", tok[1], "--workers", str(args.workers), "--append-eod"]
-
-
-def cpu_seconds() -> float:
-    """User + system CPU time of this process and of its reaped children (pool workers)."""
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def time_preprocessing(args, w, tok) -> dict:
-    """Alternating best-of-``--trials`` runs of both tools, plus their start-up times."""
-    env = dict(os.environ)
-    if args.megatron_lm:
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(args.megatron_lm)]
-                                            + [p for p in [env.get("PYTHONPATH")] if p])
-    ours_env = dict(os.environ, PYTHONPATH=REPO)
-    plain_prefix = w("plain_text_document") if args.megatron_lm else w("plain")
-    out: dict = {k: {"wall": [], "cpu": [], "startup_wall": [], "startup_cpu": []}
-                 for k in ("plain", "ours")}
-    for name, jsonl in (("startup_wall", w("tiny.jsonl")), ("wall", w("input.jsonl"))):
-        trials = args.trials if name == "wall" else max(2, args.trials // 2)
-        for _ in range(trials):
-            if args.megatron_lm:
-                prefix = w("plain") if name == "wall" else w("tiny_plain")
-                wall, cpu, _ = run_timed(megatron_cmd(jsonl, prefix, tok, args), env)
-            else:
-                t0, c0 = time.perf_counter(), cpu_seconds()
-                replica_preprocess(jsonl, w("plain") if name == "wall" else w("tiny_plain"),
-                                   tok, args.workers)
-                wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-            out["plain"][name].append(wall)
-            out["plain"]["cpu" if name == "wall" else "startup_cpu"].append(cpu)
-            prefix = w("ours") if name == "wall" else w("tiny_ours")
-            wall, cpu, _ = run_timed(ours_cmd(jsonl, prefix, tok, args), ours_env)
-            out["ours"][name].append(wall)
-            out["ours"]["cpu" if name == "wall" else "startup_cpu"].append(cpu)
-    out["identical_bin_idx"] = all(
-        open(plain_prefix + s, "rb").read() == open(w("ours") + s, "rb").read()
-        for s in (".bin", ".idx"))
-    out["plain_prefix"] = plain_prefix
-    if args.long_line_mb:
-        with open(args.corpus, encoding="utf-8") as f:
-            text = f.read()
-        reps = -(-args.long_line_mb * 2**20 // len(text))
-        with open(w("long.jsonl"), "w", encoding="utf-8") as f:
-            f.write(json.dumps({"text": (text * reps)[: args.long_line_mb * 2**20]}) + "\n")
-        wall, cpu, rss = run_timed(ours_cmd(w("long.jsonl"), w("long"), tok, args), ours_env)
-        out["long_line"] = {"mb": args.long_line_mb, "wall": wall, "peak_rss_mib": rss}
-    return out
 
 
 # -- datasets -----------------------------------------------------------------------------
@@ -231,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                    "/work/shared/corpus/tinyshakespeare.txt")
     p.add_argument("--megatron-lm", default=None,
                    help="a Megatron-LM checkout: time its real tools/preprocess_data.py")
-    p.add_argument("--tokenizer", choices=("hf", "spm"), default="hf")
+    p.add_argument("--tokenizer", choices=("hf", "gpt2", "llama3", "spm"), default="hf",
+                   help="hf/gpt2: GPT-2-style byte-level BPE; llama3: the Llama-3-like one "
+                        "(split regex, BOS post-processor, special tokens); spm: SentencePiece")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seq-length", type=int, default=8192)
     p.add_argument("--target-length", type=int, default=65536)
@@ -253,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-    from megatron_endprompt.data.synthetic import train_sentencepiece
+    from megatron_endprompt.data.synthetic import build_llama3_like_tokenizer, train_sentencepiece
 
     if not os.path.isfile(args.corpus):
         sys.exit(f"--corpus {args.corpus}: not a file")
@@ -269,9 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     with open(w("one_copy.jsonl"), encoding="utf-8") as f, open(w("tiny.jsonl"), "w") as g:
         for line in itertools.islice(f, 3 * args.seq_length // 1000 + 2):  # one sample's worth
             g.write(line)
-    if args.tokenizer == "hf":
+    if args.tokenizer in ("hf", "gpt2"):
         tok = ("HuggingFaceTokenizer", build_gpt2_like(w("one_copy.jsonl"), w("gpt2_like"),
                                                        args.vocab_size))
+    elif args.tokenizer == "llama3":
+        with open(w("one_copy.jsonl"), encoding="utf-8") as f:
+            texts = [json.loads(line)["text"] for line in f]
+        tok = ("HuggingFaceTokenizer", build_llama3_like_tokenizer(
+            texts, w("llama3_like"), vocab_size=args.vocab_size))
     else:
         tok = ("GPTSentencePieceTokenizer",
                train_sentencepiece(w("one_copy.jsonl"), w("spm"), vocab_size=args.vocab_size))
@@ -284,13 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     ours_data = IndexedDataset(w("ours"))  # keep it alive: its arrays view its memory map
     tokens = int(ours_data.sequence_lengths.sum())
     del ours_data
-    best = {k: min(pre[k]["wall"]) for k in ("plain", "ours")}
-    start = {k: min(pre[k]["startup_wall"]) for k in ("plain", "ours")}
+    keys = [k for k in ("plain", "ours_hf", "ours") if k in pre]
+    best = {k: min(pre[k]["wall"]) for k in keys}
+    start = {k: min(pre[k]["startup_wall"]) for k in keys}
     net = {k: max(best[k] - start[k], 1e-9) for k in best}
     cpu = {k: min(pre[k]["cpu"]) for k in best}
     cpu_net = {k: max(cpu[k] - min(pre[k]["startup_cpu"]), 1e-9) for k in best}
     ceiling = (time_ceiling(args.workers, args.trials, w("input.jsonl"), tok[1])
-               if args.tokenizer == "hf" else None)
+               if args.tokenizer != "spm" else None)
     if ceiling is not None and ceiling["tokens"] != tokens:
         sys.exit(f"ceiling: {ceiling['tokens']:,} tokens from the bare tokenizer, "
                  f"{tokens:,} in our .bin")
@@ -316,17 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         | {"documents": n_docs, "tokens": tokens, "tokenizer_type": tok[0],
            "plain": plain_name},
         "preprocess": {
-            **{f"{k}_{m}": pre[k][m] for k in ("plain", "ours")
+            **{f"{k}_{m}": pre[k][m] for k in keys
                for m in ("wall", "cpu", "startup_wall", "startup_cpu")},
-            "plain_tokens_per_s": tokens / best["plain"], "ours_tokens_per_s": tokens / best["ours"],
+            **{f"{k}_tokens_per_s": tokens / best[k] for k in keys},
+            **{f"{k}_tokens_per_cpu_s": tokens / cpu[k] for k in keys},
+            **{f"{k}_ratio": best["plain"] / best[k] for k in keys if k != "plain"},
             "ratio": best["plain"] / best["ours"],
             "ratio_net": net["plain"] / net["ours"] if min(net.values()) > 1e-6 else None,
-            "target_ratio": 2.5,
+            "target_ratio": 5.0,
             "plain_tokens_per_cpu_s_net": tokens / cpu_net["plain"],
             "ours_tokens_per_cpu_s_net": tokens / cpu_net["ours"],
             "cpu_ratio_net": cpu_net["plain"] / cpu_net["ours"],
-            "plain_tokens_per_cpu_s": tokens / cpu["plain"],
-            "ours_tokens_per_cpu_s": tokens / cpu["ours"], "cpu_ratio": cpu["plain"] / cpu["ours"],
+            "cpu_ratio": cpu["plain"] / cpu["ours"],
             "identical_bin_idx": pre["identical_bin_idx"],
             "ceiling": ceiling and {
                 **ceiling, "tokens_per_s": tokens / ceiling["wall"],
@@ -351,12 +234,17 @@ def main(argv: list[str] | None = None) -> int:
 
     r = result["preprocess"]
     ok = lambda good: "ok" if good else "MISSED"  # noqa: E731
-    rows = [
-        (f"preprocess tokens/s  {plain_name[:26]}", f"{r['plain_tokens_per_s']:,.0f}", ""),
-        ("preprocess tokens/s  ours", f"{r['ours_tokens_per_s']:,.0f}", ""),
+    rows = [(f"preprocess tokens/s  {plain_name[:26]}", f"{r['plain_tokens_per_s']:,.0f}", "")]
+    if "ours_hf" in keys:
+        rows.append(("preprocess tokens/s  ours, HF path", f"{r['ours_hf_tokens_per_s']:,.0f}",
+                     f"{r['ours_hf_ratio']:.2f}x"))
+    rows += [
+        ("preprocess tokens/s  ours" + (", tiktoken path" if "ours_hf" in keys else ""),
+         f"{r['ours_tokens_per_s']:,.0f}", ""),
         ("preprocess ratio (wall, end to end)", f"{r['ratio']:.2f}x",
-         f">= 2.5x {ok(r['ratio'] >= 2.5)}"),
-        ("preprocess start-up s  plain / ours", f"{start['plain']:.1f} / {start['ours']:.1f}", ""),
+         f">= 5x {ok(r['ratio'] >= 5)}"),
+        ("preprocess start-up s  " + " / ".join(keys),
+         " / ".join(f"{start[k]:.1f}" for k in keys), ""),
         ("preprocess wall ratio net of start-up",
          f"{r['ratio_net']:.2f}x" if min(net.values()) > 1e-6 else "n/a (start-up > run)",
          "(noisy on a shared machine)"),
@@ -364,13 +252,17 @@ def main(argv: list[str] | None = None) -> int:
          f"{r['ours_tokens_per_cpu_s']:,.0f}", f"{r['cpu_ratio']:.2f}x"),
         ("tokens/CPU-s net of start-up  plain / ours", f"{r['plain_tokens_per_cpu_s_net']:,.0f} / "
          f"{r['ours_tokens_per_cpu_s_net']:,.0f}", f"{r['cpu_ratio_net']:.2f}x"),
-        ("identical .bin/.idx", str(r["identical_bin_idx"]), ""),
+        ("identical .bin/.idx to Megatron's", ", ".join(
+            f"{k} {v}" for k, v in r["identical_bin_idx"].items()), ""),
     ]
     if r["ceiling"]:
         c = r["ceiling"]
         rows += [
             ("ceiling: bare encode_batch_fast tokens/s", f"{c['tokens_per_s']:,.0f}",
              f"{args.workers} rayon threads, in memory, {c['batch_docs']} docs per call"),
+            ("bare tiktoken encode_batch tokens/s", f"{tokens / c['tiktoken']['wall']:,.0f}"
+             if c.get("tiktoken") else "n/a (not convertible)",
+             f"{args.workers} threads, in memory, same token count as HF: {c.get('tiktoken', {}).get('same_token_count')}"),
             ("ceiling / Megatron-LM (end to end)", f"{c['ratio_to_plain']:.2f}x",
              "any tool with this tokenizer: <= this ratio"),
             ("ceiling / Megatron-LM net of its start-up", f"{c['ratio_to_plain_net']:.2f}x", ""),
