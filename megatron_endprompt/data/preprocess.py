@@ -157,7 +157,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
     tmp = writer.tmp
     skipped: Counter[str] = Counter()
     t0 = time.perf_counter()
-    builder = None
+    builder = encoder = None
     try:
         builder = IndexedWriter(tmp[".bin"], optimal_dtype(tokenizer.vocab_size))
         encoder, path, why = choose_encoder(
@@ -210,6 +210,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
     finally:
         if builder is not None:
             builder.close()  # idempotent; an aborted run's .bin is closed before removal
+        if encoder is not None and hasattr(encoder, "close"):
+            encoder.close()  # the tiktoken encoder's threads
         writer.close()
     return summary
 
