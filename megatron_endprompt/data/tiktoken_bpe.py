@@ -191,9 +191,10 @@ def convert(tokenizer_json: str) -> Conversion:
     if spec.get("normalizer") is not None:
         kind = spec["normalizer"].get("type")
         return Conversion(encoding=None, reason=f"normalizer {kind} (tiktoken does not normalize)")
-    for key, bad in (("dropout", None), ("byte_fallback", False)):
-        if model.get(key) not in (bad, 0.0) and model.get(key) is not None:
-            return Conversion(encoding=None, reason=f"BPE {key}={model.get(key)}")
+    if model.get("dropout"):  # None or 0.0: deterministic
+        return Conversion(encoding=None, reason=f"BPE dropout={model['dropout']}")
+    if model.get("byte_fallback"):
+        return Conversion(encoding=None, reason="BPE byte_fallback=True")
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(key):
             return Conversion(encoding=None, reason=f"BPE {key}={model.get(key)!r}")

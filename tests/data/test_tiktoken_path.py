@@ -178,3 +178,19 @@ def test_surrogate_check_runs_before_tiktoken(llama3_tokenizer_dir):
     with pytest.raises(ValueError, match="lone surrogate"):
         enc.encode(["fine", "a\ud800b"])
     assert seen == []
+
+
+@pytest.mark.parametrize("edit,reason", [("swap", "merge order differs from id order"),
+                                         ("dropout", "BPE dropout=0.1"),
+                                         ("byte_fallback", "BPE byte_fallback=True")])
+def test_bpe_model_quirks_refused(edit, reason, spm_corpus):
+    spec = json.loads(_gpt2(_texts(spm_corpus)).to_str())
+    model = spec["model"]
+    if edit == "swap":  # the tokens of the first and last merges trade ids
+        first, last = ("".join(m.split(" ") if isinstance(m, str) else m)
+                       for m in (model["merges"][0], model["merges"][-1]))
+        model["vocab"][first], model["vocab"][last] = model["vocab"][last], model["vocab"][first]
+    else:
+        model[edit] = 0.1 if edit == "dropout" else True
+    conv = convert(json.dumps(spec))
+    assert conv.encoding is None and reason in conv.reason
