@@ -17,15 +17,12 @@ document, EOD appended when asked. Lone surrogates are refused *before* tiktoken
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from megatron_endprompt.data import encode
 from megatron_endprompt.data.tiktoken_bpe import convert
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: Texts on which tiktoken and the HF engine are most likely to differ.
 STRESS_TEXTS: tuple[str, ...] = (
@@ -70,7 +67,7 @@ class TiktokenEncoder:
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """int32 ids of each text (``[prefix, text ids, suffix, eod?]``)."""
         for text in texts:
-            if _SURROGATE.search(text):
+            if encode._SURROGATE.search(text):
                 raise ValueError("lone surrogate")  # fast_encoded names the line
         pieces, owner = [], []
         for k, text in enumerate(texts):

@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from megatron_endprompt.data.tokenizer_identity import vocab_fingerprint
 from megatron_endprompt.errors import UserError
 
 _NEEDS_FILE = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
@@ -132,8 +133,6 @@ def json_detokenizer(recorded: dict) -> JsonDetokenizer | None:
     """A :class:`JsonDetokenizer` for a recorded ``HuggingFaceTokenizer`` identity whose
     directory still holds a ``tokenizer.json`` with the same vocabulary fingerprint; else
     ``None`` (the caller builds Megatron's tokenizer)."""
-    from megatron_endprompt.data.tokenizer_identity import vocab_fingerprint
-
     model = recorded.get("tokenizer_model")
     path = os.path.join(model, "tokenizer.json") if model else ""
     if recorded.get("tokenizer_type") != "HuggingFaceTokenizer" or not os.path.isfile(path) \
