@@ -18,12 +18,14 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.encode import fast_encoded, pool_encoded, probe_fast_encoder
+from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_sidecar_target,
+                                                  run_id)
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import check_sidecar_name, sidecar_path
@@ -107,9 +109,10 @@ def preprocess(opts: PreprocessOptions) -> dict:
     # encode_batch's rayon pool: --workers threads, as Megatron-LM uses --workers processes
     os.environ.setdefault("RAYON_RS_NUM_THREADS", str(opts.workers))
     span = input_range(paths, opts.partition_index, opts.partitions)
+    check_sidecar_target(opts.prefix, opts.name)
     early = _start_early(opts, span)  # tokenizes while torch/Megatron import below
     try:
-        return _preprocess(opts, span, early)
+        return _preprocess(opts, span, early, paths)
     finally:
         if early is not None:
             early.cancel()
@@ -126,7 +129,8 @@ def _start_early(opts: PreprocessOptions, span) -> EarlyEncoding | None:
         return None
 
 
-def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> dict:
+def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
+                paths: list[str]) -> dict:
     from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
     tokenizer = build_tokenizer(opts.tokenizer)  # fail fast, before any worker starts
@@ -176,6 +180,11 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> d
         read = {"documents_read": n_docs + sum(skipped.values()),
                 "documents_skipped": dict(skipped),
                 "tokenizer_path": "rust-batch" if encoder is not None else "per-document"}
+        if opts.partitions > 1:  # what a merge checks: every shard of this one run
+            read["run_id"] = run_id(
+                base_seed=opts.seed, layout=asdict(opts.layout),
+                terminal_source=opts.terminal_source, terminal_length=opts.terminal_length,
+                count=opts.partitions, inputs=paths)
         if n_docs == 0:
             _no_sample(opts, 0, 0)
         builder.finalize(tmp[".idx"])
@@ -188,6 +197,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None) -> d
                 raise
             _no_sample(opts, n_docs, n_tokens)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
+        check_other_sidecars(opts.prefix, sidecar_path(opts.prefix, opts.name), tmp[".idx"])
         writer.commit()
     finally:
         writer.close()

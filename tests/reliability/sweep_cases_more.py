@@ -246,6 +246,7 @@ for _c in CASES:
 
 
 from sweep_pretrain import CASES as _PRETRAIN, run_pretrain_cases  # noqa: E402
+from sweep_cases_27 import CASES as _ISSUE27  # noqa: E402
 
-CASES += _PRETRAIN
+CASES += _PRETRAIN + _ISSUE27
 __all__ = ["CASES", "run_pretrain_cases", "HERE", "classify", "snapshot", "P", "sys"]
