@@ -123,10 +123,16 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
     check_sidecar_name(name)
     replay = getattr(args, "endprompt_replay_prefixes", None) or []
     prefixes = data_prefixes(args)
-    for r in replay:
-        if not any(os.path.abspath(r) == os.path.abspath(p) for p in prefixes):
+    matched = []
+    for r in replay:  # as files: ``mg/small/`` or ``./mg/small`` name the prefix ``mg/small``
+        same = [p for p in prefixes if os.path.abspath(r) == os.path.abspath(p)
+                and not r.endswith(("/", ".bin", ".idx"))]
+        if not same:
+            hint = " (drop the trailing '/' or suffix)" if r.endswith(("/", ".bin", ".idx")) else ""
             raise UserError(f"--endprompt-replay-prefixes {r}: not one of the data prefixes "
-                            "(--data-path / --*-data-path); fix the path")
+                            f"(--data-path / --*-data-path){hint}; fix the path")
+        matched.append(same[0])
+    replay = args.endprompt_replay_prefixes = matched or replay
     identity = None
     found = {}
     rank0 = os.environ.get("RANK", "0") == "0"
