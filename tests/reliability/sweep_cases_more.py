@@ -17,6 +17,14 @@ from sidecar_edit import rewrite_header
 ENOSPC = OSError(errno.ENOSPC, "No space left on device", "/data/out/model.safetensors")
 
 
+def _safetensors_enospc():
+    """What safetensors' Rust writer raises on a full disk (not an ``OSError``)."""
+    from safetensors import SafetensorError
+
+    return SafetensorError('Error while serializing: I/O error: No space left on device (os '
+                           'error 28)')
+
+
 def prev(fx, d, name="data") -> str:
     prefix = os.path.join(d, name)
     for s in SUFFIXES:
@@ -198,6 +206,8 @@ CASES: list[Case] = [
          needle="--overwrite"),
     Case("h2m_output_readonly", "convert", h2m(out=lambda fx, d: "/sys/endprompt_mg"),
          item="11"),
+    Case("m2h_full_disk_in_safetensors", "convert", m2h(), item="27", needle="space",
+         patch=lambda fx, d: raise_in("safetensors.torch", "save_file", _safetensors_enospc())),
     Case("h2m_full_disk", "convert", h2m(), item="11", needle="space",
          patch=lambda fx, d: raise_in("megatron_endprompt.conversion.hf_to_megatron",
                                       "save_release_checkpoint", ENOSPC)),
