@@ -41,6 +41,18 @@ def _idx_only(fx, d):
     return prefix
 
 
+def _ckpt_missing_shard(fx, d):
+    """A copy of the converted checkpoint with one ``.distcp`` shard file removed."""
+    import glob
+    import shutil
+
+    out = os.path.join(d, "ckpt")
+    shutil.copytree(fx.mg, out)
+    shards = sorted(glob.glob(os.path.join(out, "*", "*.distcp")))
+    os.remove(shards[0])
+    return out
+
+
 def pt(*extra, data=None):
     return lambda fx, d: base(fx, d, *extra, data=data(fx, d) if data else None)
 
@@ -124,6 +136,9 @@ CASES = [
     Case("pt_long_eval_prefix_without_bin", "pretrain",
          lambda fx, d: base(fx, d, *LONG_EVAL, _idx_only(fx, d)), item="27",
          needle=".bin not found"),
+    Case("pt_resume_distcp_shard_missing", "pretrain",
+         lambda fx, d: base(fx, d, "--load", _ckpt_missing_shard(fx, d), "--finetune"),
+         item="27", needle="is missing"),
 ]
 CONTROL = Case("pt_control_good_run", "pretrain", pt(), rc=0)
 
