@@ -8,6 +8,7 @@ and writes ``model-0000i-of-0000N.safetensors`` plus ``model.safetensors.index.j
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterable
@@ -119,9 +120,17 @@ class ShardedSafetensorsWriter:
     def _flush(self) -> None:
         from safetensors.torch import save_file
 
+        from safetensors import SafetensorError
+
         index = len(self._shards)
-        save_file(self._buffer, os.path.join(self.out_dir, f"shard-{index}.tmp"),
-                  metadata={"format": "pt"})
+        path = os.path.join(self.out_dir, f"shard-{index}.tmp")
+        try:
+            save_file(self._buffer, path, metadata={"format": "pt"})
+        except SafetensorError as exc:  # its I/O errors are not OSError: make them one
+            text = str(exc)
+            code = errno.ENOSPC if "No space left" in text or "StorageFull" in text \
+                else errno.EIO
+            raise OSError(code, os.strerror(code), path) from None
         self._shards.append(list(self._buffer))
         self._buffer, self._buffer_bytes = {}, 0
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from megatron_endprompt.data.indexed_io import IndexReader
 from megatron_endprompt.data.progress import Progress
+from megatron_endprompt.data.prefix_guard import check_sidecar_target
 from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
 from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, file_fingerprint,
@@ -126,6 +127,7 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
                                                        finish_interrupted_commit, prefix_lock)
 
     check_output_prefix(opts.data_prefix, flag="--data-prefix")
+    check_sidecar_target(opts.data_prefix, opts.name)
     with prefix_lock(opts.data_prefix, flag="--data-prefix"):
         finish_interrupted_commit(opts.data_prefix)
         return _build(opts, bin_path, idx_path, None, tokenizer, extra_stats)
@@ -153,6 +155,8 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
             raise UserError(f"--terminal-prompts: prompt {text!r} has token id {int(ids.max())}, "
                             f"beyond the {np.dtype(index.dtype).name} .bin of {prefix}; use the "
                             "corpus's own tokenizer")
+    if prompt_tokens:
+        _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix)
     seed = partition_seed(opts.seed, *opts.partition)
     markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
     try:
@@ -257,6 +261,28 @@ def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> N
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def _check_corpus_ids(bin_path: str, dtype, vocab_size: int, prefix: str,
+                      probes: int = 64, probe_bytes: int = 1 << 20) -> None:
+    """Refuse a prompt tokenizer whose vocabulary is smaller than the corpus's ids: prompt ids
+    and corpus ids would come from two vocabularies. A sampled check, not a proof: ``probes``
+    reads of ``probe_bytes`` spread evenly over the ``.bin`` (a whole-corpus scan would cost a
+    full read of a multi-TB file), so it catches a foreign tokenizer, not a single stray id."""
+    itemsize = np.dtype(dtype).itemsize
+    size = os.path.getsize(bin_path)
+    step = max(probe_bytes, size // probes)
+    top = -1
+    with open(bin_path, "rb") as f:
+        for offset in range(0, size, step):
+            f.seek(offset - offset % itemsize)
+            chunk = f.read(probe_bytes - probe_bytes % itemsize)
+            if chunk:
+                top = max(top, int(np.frombuffer(chunk, dtype=dtype).max()))
+    if top >= vocab_size:
+        raise UserError(f"--tokenizer-model: the corpus {prefix} holds token id {top}, beyond "
+                        f"this tokenizer's vocabulary ({vocab_size}); tokenize the prompts with "
+                        "the corpus's own tokenizer")
 
 
 def _abs_model(spec: TokenizerSpec) -> dict:

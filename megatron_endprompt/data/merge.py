@@ -22,6 +22,8 @@ import numpy as np
 
 from megatron_endprompt.data.atomic_output import PrefixWriter
 from megatron_endprompt.data.indexed_io import IndexedWriter, IndexReader
+from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_shard_set,
+                                                  check_sidecar_target, same_file)
 from megatron_endprompt.data.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,
                                              sidecar_path, write_sidecar)
 from megatron_endprompt.data.spans import pack_sources, sidecar_pieces
@@ -48,6 +50,11 @@ def _check_same(first: str, h0: SidecarHeader, other: str, h: SidecarHeader) -> 
                 b = {k: b.get(k) for k in diff}
             raise UserError(f"--inputs {other}: {key} {b} differs from {first} ({a}); merge only "
                             "shards of one preprocessing run (same flags)")
+    for prefix, header in ((first, h0), (other, h)):
+        if not _tokenizer_identity(header):
+            raise UserError(f"--inputs {prefix}: its sidecar records no tokenizer, so the merge "
+                            "cannot check that the shards' token ids mean the same; rebuild it "
+                            "with --tokenizer-type/--tokenizer-model")
     if _tokenizer_identity(h) != _tokenizer_identity(h0):
         raise UserError(f"--inputs {other}: tokenizer {_tokenizer_identity(h)} differs from "
                         f"{first} ({_tokenizer_identity(h0)}); shards must share one tokenizer")
@@ -62,9 +69,13 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
     if len(inputs) < 2:
         raise UserError("--inputs: give at least two prefixes to merge")
     out_abs = os.path.abspath(output_prefix)
+    out_sidecar = sidecar_path(output_prefix, name)
     sidecars, dtypes = [], []
     for prefix in inputs:
-        if os.path.abspath(prefix) == out_abs:
+        # as files, not strings: a symlinked directory or ``..`` names the same shard
+        if os.path.abspath(prefix) == out_abs or any(
+                same_file(prefix + s, output_prefix + s) for s in (".bin", ".idx")) \
+                or same_file(sidecar_path(prefix, name), out_sidecar):
             raise UserError(f"--output-prefix {output_prefix} is also an input; choose a new prefix")
         for suffix in (".bin", ".idx"):
             if not os.path.isfile(prefix + suffix):
@@ -79,12 +90,13 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
             raise UserError(f"--inputs {prefix}: token dtype {np.dtype(dtype).name} differs from "
                             f"{inputs[0]} ({np.dtype(dtypes[0]).name}); shards must share one "
                             "tokenizer")
+    check_shard_set(inputs, [sc.header for sc in sidecars])
+    check_sidecar_target(output_prefix, name, flag="--output-prefix")
 
     directory = os.path.dirname(out_abs)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise UserError(f"--output-prefix {output_prefix}: {directory} is not a writable "
                         "directory")
-    out_sidecar = sidecar_path(output_prefix, name)
     writer = PrefixWriter(output_prefix, sidecar=out_sidecar)
     tmp = writer.tmp
     try:
@@ -110,6 +122,7 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
         if sources is not None:
             header.sources["layout"] = layout
         write_sidecar(tmp[".endprompt"], header, records, sources)
+        check_other_sidecars(output_prefix, out_sidecar, tmp[".idx"])
         writer.commit()
     except OSError as exc:
         raise UserError(f"--output-prefix {output_prefix}: cannot write ({exc.strerror}); "

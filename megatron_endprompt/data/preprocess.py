@@ -19,13 +19,15 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.encode import fast_encoded, first_texts, pool_encoded
 from megatron_endprompt.data.indexed_io import IndexedWriter, optimal_dtype
+from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_sidecar_target,
+                                                  run_id)
 from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
@@ -115,10 +117,11 @@ def preprocess(opts: PreprocessOptions) -> dict:
     # encode_batch's rayon pool: --workers threads, as Megatron-LM uses --workers processes
     os.environ.setdefault("RAYON_RS_NUM_THREADS", str(opts.workers))
     span = input_range(paths, opts.partition_index, opts.partitions)
+    check_sidecar_target(opts.prefix, opts.name)
     started = time.perf_counter()  # rates and ETA count from here: tokenizing starts now
     early = _start_early(opts, span)  # tokenizes while torch/Megatron import below
     try:
-        return _preprocess(opts, span, early, started)
+        return _preprocess(opts, span, early, started, paths)
     finally:
         if early is not None:
             early.cancel()
@@ -137,7 +140,7 @@ def _start_early(opts: PreprocessOptions, span) -> EarlyEncoding | None:
 
 
 def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
-                started: float) -> dict:
+                started: float, paths: list[str]) -> dict:
     tokenizer = build_tokenizer(opts.tokenizer)  # fail fast, before any worker starts
     sidecar_opts = SidecarOptions(
         data_prefix=opts.prefix, layout=opts.layout, terminal_source=opts.terminal_source,
@@ -194,6 +197,11 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         read = {"documents_read": n_docs + sum(skipped.values()),
                 "documents_skipped": dict(skipped),
                 "tokenizer_path": path, "tokenizer_path_reason": why}
+        if opts.partitions > 1:  # what a merge checks: every shard of this one run
+            read["run_id"] = run_id(
+                base_seed=opts.seed, layout=asdict(opts.layout),
+                terminal_source=opts.terminal_source, terminal_length=opts.terminal_length,
+                count=opts.partitions, inputs=paths)
         if n_docs == 0:
             _no_sample(opts, 0, 0)
         builder.finalize(tmp[".idx"])
@@ -206,6 +214,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
                 raise
             _no_sample(opts, n_docs, n_tokens)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
+        check_other_sidecars(opts.prefix, sidecar_path(opts.prefix, opts.name), tmp[".idx"])
         writer.commit()
     finally:
         if builder is not None:

@@ -84,6 +84,7 @@ def loaded_checkpoint_args(args: argparse.Namespace) -> Any:
     path = next((c for c in candidates if c is not None), None)
     if path is None or not os.path.exists(os.path.join(path, "metadata.json")):
         return None
+    check_checkpoint_complete(path)
     from megatron.core import dist_checkpointing
     from megatron.core.safe_globals import register_safe_globals
 
@@ -92,6 +93,29 @@ def loaded_checkpoint_args(args: argparse.Namespace) -> Any:
         return dist_checkpointing.load_common_state_dict(path).get("args")
     except Exception:  # noqa: BLE001 - unreadable common state: fall back to the flags
         return None
+
+
+def check_checkpoint_complete(path: str) -> None:
+    """Refuse a ``torch_dist`` checkpoint whose ``.metadata`` names a shard file that is not
+    there (a copy or a save cut short): Megatron would fail in its load with a traceback after
+    initialising every rank. Reads the metadata only (no tensor data)."""
+    meta = os.path.join(path, ".metadata")
+    if not os.path.exists(meta):
+        return
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        storage = FileSystemReader(path).read_metadata().storage_data or {}
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign metadata file
+        raise UserError(f"{meta}: unreadable checkpoint metadata ({str(exc)[:100]}); the "
+                        "checkpoint is incomplete: copy it again or load an earlier one") \
+            from None
+    files = sorted({getattr(v, "relative_path", None) for v in storage.values()} - {None})
+    missing = [f for f in files if not os.path.exists(os.path.join(path, f))]
+    if missing:
+        raise UserError(f"{path}: the checkpoint is incomplete: {missing[0]} is missing "
+                        f"({len(missing)} of {len(files)} shard files); copy it again or load "
+                        "an earlier checkpoint (--ckpt-step)")
 
 
 def data_prefixes(args: argparse.Namespace) -> list[str]:
@@ -123,10 +147,16 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
     check_sidecar_name(name)
     replay = getattr(args, "endprompt_replay_prefixes", None) or []
     prefixes = data_prefixes(args)
-    for r in replay:
-        if not any(os.path.abspath(r) == os.path.abspath(p) for p in prefixes):
+    matched = []
+    for r in replay:  # as files: ``mg/small/`` or ``./mg/small`` name the prefix ``mg/small``
+        same = [p for p in prefixes if os.path.abspath(r) == os.path.abspath(p)
+                and not r.endswith(("/", ".bin", ".idx"))]
+        if not same:
+            hint = " (drop the trailing '/' or suffix)" if r.endswith(("/", ".bin", ".idx")) else ""
             raise UserError(f"--endprompt-replay-prefixes {r}: not one of the data prefixes "
-                            "(--data-path / --*-data-path); fix the path")
+                            f"(--data-path / --*-data-path){hint}; fix the path")
+        matched.append(same[0])
+    replay = args.endprompt_replay_prefixes = matched or replay
     identity = None
     found = {}
     rank0 = os.environ.get("RANK", "0") == "0"

@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import tempfile
 
 from megatron_endprompt.errors import UserError
 
@@ -160,7 +161,31 @@ def check_startup(args: argparse.Namespace) -> None:
         raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
                         "positions)")
     _check_prefixes(args)
+    _check_cache_path(args)
     _check_load(args)
+
+
+def _check_cache_path(args: argparse.Namespace) -> None:
+    """``--data-cache-path`` must be writable: Megatron writes its index caches and we write
+    the sidecar verification verdicts there on the first start (a read-only one was a
+    traceback from deep inside the dataset build)."""
+    path = getattr(args, "data_cache_path", None)
+    if not path:
+        return
+    probe = path
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe.rstrip("/"))
+    if not os.path.isdir(probe or "."):
+        raise UserError(f"--data-cache-path {path}: {probe} is not a directory; give a "
+                        "directory")
+    try:  # a real write: ``os.access`` says yes to root on a read-only mount
+        fd, tmp = tempfile.mkstemp(prefix=".endprompt-write-probe-", dir=probe or ".")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UserError(f"--data-cache-path {path}: {probe or '.'} is not writable "
+                        f"({exc.strerror}); point it at a writable directory (the index "
+                        "caches are written there)") from None
 
 
 def parse_args_checked(argv: list[str], extra_args_provider) -> argparse.Namespace:

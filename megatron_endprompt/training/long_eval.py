@@ -32,11 +32,14 @@ import argparse
 import math
 import os
 import random
+import sys
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
+
+from megatron_endprompt.errors import UserError
 
 __all__ = ["add_long_eval_args", "long_eval_hook", "LongEvaluator", "mask_padding",
            "pick_global_argmax"]
@@ -70,7 +73,7 @@ def long_eval_hook(args: argparse.Namespace) -> Any:
         return LongEvaluator(args)
     except ValueError as exc:
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
-            print(f"error: {exc}", flush=True)
+            print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
@@ -109,12 +112,11 @@ class LongEvaluator:
         if "ppl" in self.tasks and not self.data:
             raise ValueError("--endprompt-long-eval-tasks ppl needs --endprompt-long-eval-data "
                              "(held-out long documents: .jsonl, .txt or a .bin/.idx prefix)")
-        if self.data and not (os.path.isfile(self.data) or os.path.isfile(self.data + ".idx")):
-            raise ValueError(f"--endprompt-long-eval-data {self.data}: no such file or "
-                             "prefix")
+        self._texts = _check_data(self.data) if self.data else None
         self.seed = int(args.seed)
         self._last: int | None = None
         self._docs: list[np.ndarray] | None = None
+        self._warned: set[int] = set()
 
     # -- inputs --------------------------------------------------------------------------
     def _tokenizer(self) -> Any:
@@ -154,9 +156,7 @@ class LongEvaluator:
             else:
                 from megatron_endprompt.evaluation.perplexity import load_documents
 
-                docs = [np.asarray(self.encode(t), dtype=np.int64)
-                        for t in load_documents(str(self.data),
-                                                flag="--endprompt-long-eval-data")]
+                docs = [np.asarray(self.encode(t), dtype=np.int64) for t in self._texts]
             self._docs = docs
         return self._docs
 
@@ -263,6 +263,13 @@ class LongEvaluator:
 
     def _ppl(self, model: list[Any], length: int) -> float | None:
         docs = [d[:length] for d in self.documents() if len(d) >= length][:self.samples]
+        if not docs and length not in self._warned:  # said once, not a silent ``None``
+            self._warned.add(length)
+            longest = max((len(d) for d in self.documents()), default=0)
+            if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+                print(f"warning: --endprompt-long-eval-data {self.data}: no document has "
+                      f"{length} tokens (longest {longest}); ppl@{length} is not measured: add "
+                      "longer documents or lower --endprompt-long-eval-lengths", flush=True)
         nll = count = 0.0
         for d in docs:
             s, c = self._forward(model, d.tolist(), 1, "nll")
@@ -283,6 +290,35 @@ class LongEvaluator:
             last = last or count > 0
             hits += int(count > 0 and ok == count)
         return hits / len(prompts) if last else None
+
+
+def _check_data(data: str) -> list[str] | None:
+    """Validate ``--endprompt-long-eval-data`` at start-up, not at the first evaluation deep
+    in training: a ``.bin/.idx`` prefix must have both files and a readable index; a
+    ``.jsonl``/``.txt`` file must parse and hold a document. Returns the texts (read once) or
+    ``None`` for a prefix. Raises ``ValueError`` (one ``error:`` line in the hook)."""
+    flag = "--endprompt-long-eval-data"
+    if os.path.isfile(data + ".idx"):
+        if not os.path.isfile(data + ".bin"):
+            raise ValueError(f"{flag} {data}: {data}.bin not found; give a prefix with both "
+                             ".bin and .idx (written by preprocessing)")
+        with open(data + ".idx", "rb") as f:
+            if f.read(9) != b"MMIDIDX\x00\x00":
+                raise ValueError(f"{flag} {data}.idx: not a Megatron index; rebuild the prefix")
+        return None
+    if not os.path.isfile(data):
+        raise ValueError(f"{flag} {data}: no such file or prefix")
+    from megatron_endprompt.evaluation.perplexity import load_documents
+
+    try:
+        texts = load_documents(data, flag=flag)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{flag} {data}: not UTF-8 text; convert it to UTF-8") from None
+    if not any(t.strip() for t in texts):
+        raise ValueError(f"{flag} {data}: holds no document; give held-out long documents")
+    return texts
 
 
 def _step(data_iterator: Any, model: Any, *, mode: str, vocab: int) -> tuple[Any, Any]:

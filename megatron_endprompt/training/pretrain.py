@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         resolve_endprompt_args,
     )
     from megatron_endprompt.training.checks import check_startup, parse_args_checked
+    from megatron_endprompt.training.long_eval import long_eval_hook
     from megatron_endprompt.training.providers import (
         datasets_provider,
         forward_step,
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         # Megatron's asserts -> one line; bad flag values -> one line; --help works
         args = parse_args_checked(argv, cli_args_provider(add_endprompt_args))
         check_startup(args)  # blends, prefixes, --load, vocab divisor: before Megatron starts
+        long_eval = long_eval_hook(args)  # its data read and checked now, not mid-training
         window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
         layouts = check_sidecars(args)
     except UserError as exc:
@@ -85,10 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")
     cfg = pretrain_cfg_container_from_args(args)
-    from megatron_endprompt.training.long_eval import long_eval_hook
-
     pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
-             model_provider=model_provider, non_loss_data_func=long_eval_hook(args))
+             model_provider=model_provider, non_loss_data_func=long_eval)
 
 
 if __name__ == "__main__":

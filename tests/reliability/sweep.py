@@ -38,7 +38,8 @@ class Case:
 
     name: str
     tool: str
-    """preprocess | inspect | convert | eval | pretrain (decides the ``main`` that runs)."""
+    """preprocess | inspect | convert | eval | merge | sidecar | pretrain (decides the ``main``
+    that runs)."""
     build: Callable[[Any, str], list[str]]
     """``build(fixtures, d) -> argv``; may create inputs and previous outputs in ``d``."""
     rc: int = 2
@@ -82,6 +83,8 @@ MAINS = {
     "inspect": "megatron_endprompt.cli.inspect",
     "convert": "megatron_endprompt.cli.convert",
     "eval": "megatron_endprompt.cli.eval",
+    "merge": "megatron_endprompt.cli.merge",
+    "sidecar": "megatron_endprompt.cli.build_sidecar",
 }
 
 

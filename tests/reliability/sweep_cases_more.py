@@ -17,6 +17,14 @@ from sidecar_edit import rewrite_header
 ENOSPC = OSError(errno.ENOSPC, "No space left on device", "/data/out/model.safetensors")
 
 
+def _safetensors_enospc():
+    """What safetensors' Rust writer raises on a full disk (not an ``OSError``)."""
+    from safetensors import SafetensorError
+
+    return SafetensorError('Error while serializing: I/O error: No space left on device (os '
+                           'error 28)')
+
+
 def prev(fx, d, name="data") -> str:
     prefix = os.path.join(d, name)
     for s in SUFFIXES:
@@ -198,6 +206,8 @@ CASES: list[Case] = [
          needle="--overwrite"),
     Case("h2m_output_readonly", "convert", h2m(out=lambda fx, d: "/sys/endprompt_mg"),
          item="11"),
+    Case("m2h_full_disk_in_safetensors", "convert", m2h(), item="27", needle="space",
+         patch=lambda fx, d: raise_in("safetensors.torch", "save_file", _safetensors_enospc())),
     Case("h2m_full_disk", "convert", h2m(), item="11", needle="space",
          patch=lambda fx, d: raise_in("megatron_endprompt.conversion.hf_to_megatron",
                                       "save_release_checkpoint", ENOSPC)),
@@ -246,6 +256,7 @@ for _c in CASES:
 
 
 from sweep_pretrain import CASES as _PRETRAIN, run_pretrain_cases  # noqa: E402
+from sweep_cases_27 import CASES as _ISSUE27  # noqa: E402
 
-CASES += _PRETRAIN
+CASES += _PRETRAIN + _ISSUE27
 __all__ = ["CASES", "run_pretrain_cases", "HERE", "classify", "snapshot", "P", "sys"]

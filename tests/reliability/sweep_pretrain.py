@@ -29,6 +29,30 @@ def base(fx, d, *extra, data=None):
             "--ckpt-format", "torch_dist", *extra]
 
 
+LONG_EVAL = ["--eval-iters", "1", "--eval-interval", "1", "--endprompt-long-eval-interval",
+             "1", "--endprompt-long-eval-tasks", "ppl", "--endprompt-long-eval-data"]
+
+
+def _idx_only(fx, d):
+    import shutil
+
+    prefix = os.path.join(d, "long")
+    shutil.copyfile(fx.null + ".idx", prefix + ".idx")
+    return prefix
+
+
+def _ckpt_missing_shard(fx, d):
+    """A copy of the converted checkpoint with one ``.distcp`` shard file removed."""
+    import glob
+    import shutil
+
+    out = os.path.join(d, "ckpt")
+    shutil.copytree(fx.mg, out)
+    shards = sorted(glob.glob(os.path.join(out, "*", "*.distcp")))
+    os.remove(shards[0])
+    return out
+
+
 def pt(*extra, data=None):
     return lambda fx, d: base(fx, d, *extra, data=data(fx, d) if data else None)
 
@@ -95,6 +119,26 @@ CASES = [
          needle="pi-factor"),
     Case("pt_target_length_int32", "pretrain", pt("--endprompt-target-length", "3000000000"),
          item="11", needle="target-length"),
+    # issue 27: start-up checks that ended in a traceback or trained silently
+    Case("pt_replay_prefix_trailing_slash", "pretrain",
+         lambda fx, d: base(fx, d, "--endprompt-replay-prefixes", fx.null2 + "/",
+                            data=["--data-path", "1", fx.null, "1", fx.null2]),
+         item="27", needle="--endprompt-replay-prefixes"),
+    Case("pt_data_cache_path_is_a_file", "pretrain",
+         lambda fx, d: base(fx, d, "--data-cache-path", _file(d, "cache.txt", "x\n")),
+         item="27", needle="--data-cache-path"),
+    Case("pt_data_cache_path_not_writable", "pretrain",
+         pt("--data-cache-path", "/proc/endprompt-cache"), item="27",
+         needle="--data-cache-path"),
+    Case("pt_long_eval_data_malformed", "pretrain",
+         lambda fx, d: base(fx, d, *LONG_EVAL, _file(d, "long.jsonl", "not json\n")),
+         item="27", needle="--endprompt-long-eval-data"),
+    Case("pt_long_eval_prefix_without_bin", "pretrain",
+         lambda fx, d: base(fx, d, *LONG_EVAL, _idx_only(fx, d)), item="27",
+         needle=".bin not found"),
+    Case("pt_resume_distcp_shard_missing", "pretrain",
+         lambda fx, d: base(fx, d, "--load", _ckpt_missing_shard(fx, d), "--finetune"),
+         item="27", needle="is missing"),
 ]
 CONTROL = Case("pt_control_good_run", "pretrain", pt(), rc=0)
 
