@@ -140,6 +140,7 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     per-length average over the RULER tasks run)."""
     cfg.validate()
     paths = report.output_paths(cfg.output)
+    # a probe only: write_tables creates the directory when there are results to write
     check_writable(paths["json"], flag="--output", create=False)
     try:
         import lm_eval
@@ -151,7 +152,6 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     runner.load_tokenizer(cfg.hf_dir)  # one line for missing tokenizer files, not lm-eval's
     meta = model_meta(cfg.hf_dir)
     tm, objects, picks, leaves = _load(cfg)
-    check_writable(paths["json"], flag="--output")  # everything validated: now create
     start = time.time()
     out = lm_eval.simple_evaluate(
         model="hf",

@@ -84,7 +84,7 @@ class EvalConfig:
         is created or loaded)."""
         if self.samples is None and self.backend == "native":
             raise UserError("--samples: give a count (prompts per task x length)")
-        for name, value, low in (("--samples", self.samples or 1, 1),
+        for name, value, low in (("--samples", 1 if self.samples is None else self.samples, 1),
                                  ("--batch-size", self.batch_size, 1),
                                  ("--ppl-stride", self.ppl_stride, 1),
                                  ("--ppl-doc-tokens", self.ppl_doc_tokens, 0),
