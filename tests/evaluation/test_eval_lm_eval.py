@@ -96,3 +96,17 @@ def test_refusals_one_line_no_output(case, tiny_model_dir, tmp_path, run_tool, m
     if case == "offline":
         assert "--lm-eval-include" in lines[0]
     assert not os.path.exists(tmp_path / "o")  # no output, not even its directory
+
+
+def test_document_picks_every_length():
+    """``--samples 2`` with RULER's length blocks (500 per length, one block after another in
+    lm-eval 0.4.13) takes 2 of each length; a length without documents is refused."""
+    from megatron_endprompt.errors import UserError
+    from megatron_endprompt.evaluation.lm_eval_backend import pick_documents
+
+    docs = [{"max_length": n} for n in (1024, 2048) for _ in range(5)]
+    assert pick_documents(docs, samples=2, lengths=[1024, 2048], task="t") == [0, 1, 5, 6]
+    assert pick_documents(docs, samples=None, lengths=[1024, 2048], task="t") is None
+    assert pick_documents([{"q": 1}] * 3, samples=2, lengths=[1024], task="t") == [0, 1]
+    with pytest.raises(UserError, match="--lengths 4096: lm-eval generated no t document"):
+        pick_documents(docs, samples=2, lengths=[1024, 4096], task="t")
