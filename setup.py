@@ -33,8 +33,9 @@ setup(
         # Transformer Engine comes from NVIDIA's wheels or the NGC container; apex is built
         # from source (github.com/NVIDIA/apex) - it is not the PyPI "apex".
         "gpu": ["transformer-engine[pytorch]>=2.0"],
-        # lm-evaluation-harness's full 13-task RULER (--backend lm-eval; downloads its data)
-        "lm-eval": ["lm-eval>=0.4.8"],
+        # lm-evaluation-harness (--backend lm-eval): hf = its HF model backend (accelerate),
+        # ruler = its RULER tasks' generators; 0.4.13 is the tested version
+        "lm-eval": ["lm-eval[hf,ruler]>=0.4.13"],
     },
     entry_points={
         "console_scripts": [

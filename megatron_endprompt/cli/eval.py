@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of: ruler (all 11 synthetic RULER tasks), ruler_niah, "
                         "niah_single_1..3, niah_multikey_1..3, niah_multivalue, "
                         "niah_multiquery, vt, cwe, fwe, passkey, ppl; legacy / legacy_* = "
-                        "the old pre-RULER prompts (default: ruler)")
+                        "the old pre-RULER prompts (default: ruler). With --backend lm-eval: "
+                        "any lm-eval task, group or tag (e.g. niah_single_1,mmlu), or a local "
+                        "task under --lm-eval-include")
     p.add_argument("--lengths", required=True,
                    help="comma list of lengths in tokens (prompt + generated tokens), e.g. "
                         "4096,8192 or 4k,8k")
@@ -35,8 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the heatmap's rows")
     g.add_argument("--num-depths", type=int, default=None,
                    help="N evenly spaced depths from 0 to 1 instead of --depths")
-    p.add_argument("--samples", type=int, default=5,
-                   help="prompts per task x length (x depth for passkey); RULER uses 500")
+    p.add_argument("--samples", type=int, default=None,
+                   help="prompts per task x length (x depth for passkey; default 5); RULER "
+                        "uses 500. With --backend lm-eval: documents per task (per task x "
+                        "length for RULER tasks; default: all)")
     p.add_argument("--seed", type=int, default=42, help="RULER's default random seed")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if "
                                                   "available, else cpu)")
@@ -63,8 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn-implementation", default=None,
                    help="passed to from_pretrained, e.g. sdpa, eager, flash_attention_2")
     p.add_argument("--backend", choices=("native", "lm-eval"), default="native",
-                   help="native (offline, default) or lm-eval (lm-evaluation-harness's full "
-                        "13-task RULER; needs the lm-eval extra and internet)")
+                   help="native (offline, default) or lm-eval (lm-evaluation-harness: any "
+                        "registered or local task; needs the lm-eval extra; tasks that read "
+                        "hub datasets need internet or a local copy)")
+    p.add_argument("--lm-eval-include", action="append", default=[], metavar="PATH",
+                   help="--backend lm-eval: a directory of local lm-eval task YAMLs (or one "
+                        "YAML), passed to lm-eval's TaskManager(include_path=...); repeatable")
     p.add_argument("--save-prompts", default=None,
                    help="JSONL: one line per prompt (task, length, prompt, answer, output, "
                         "score)")
@@ -120,28 +128,41 @@ def _device(name: str | None) -> str:
     return name
 
 
+#: Flags only the native backend reads (refused with --backend lm-eval, not ignored).
+NATIVE_ONLY = ("depths", "num_depths", "ppl_data", "save_prompts", "attn_implementation")
+
+
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """The ``EvalConfig`` of parsed flags."""
+    if args.backend == "lm-eval":
+        for dest in NATIVE_ONLY:
+            if getattr(args, dest) is not None:
+                raise UserError(f"--{dest.replace('_', '-')} is read by the native backend "
+                                "only; drop it with --backend lm-eval")
+    elif args.lm_eval_include:
+        raise UserError("--lm-eval-include needs --backend lm-eval")
     device = _device(args.device)
     tasks = (resolve_tasks(args.tasks) if args.backend == "native"
              else [t.strip() for t in args.tasks.split(",") if t.strip()])
     return EvalConfig(
         hf_dir=args.hf_dir, output=args.output, lengths=parse_lengths(args.lengths),
-        tasks=tasks, depths=parse_depths(args), samples=args.samples,
+        tasks=tasks, depths=parse_depths(args),
+        samples=args.samples if args.samples is not None or args.backend != "native" else 5,
         seed=args.seed, device=device,
         dtype=args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"),
         batch_size=args.batch_size, haystack=args.haystack, ppl_data=args.ppl_data,
         ppl_key=args.ppl_key, ppl_stride=args.ppl_stride, ppl_doc_tokens=args.ppl_doc_tokens,
         ppl_max_windows=args.ppl_max_windows, ppl_protocol=args.ppl_protocol,
         attn_implementation=args.attn_implementation, save_prompts=args.save_prompts,
-        progress=not args.no_progress)
+        progress=not args.no_progress, backend=args.backend,
+        lm_eval_include=list(args.lm_eval_include))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     if args.backend == "lm-eval":
-        from megatron_endprompt.evaluation.suite import run_lm_eval_backend
+        from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval_backend
 
         results = run_lm_eval_backend(cfg)
     else:

@@ -4,6 +4,7 @@
 prompts and ``ruler`` fits them to a length (RULER's protocol); ``passkey`` is the
 landmark-attention prompt; ``perplexity`` the per-document PoSE/LongLoRA protocol; ``runner``
 loads and runs the model; ``scoring`` and ``report`` score and write; ``suite`` is the
-pipeline (``EvalConfig`` + ``run_eval``); ``lm_eval_backend`` hands RULER to
-lm-evaluation-harness. ``tasks`` holds the pre-RULER prompts (``legacy_*`` tasks).
+pipeline (``EvalConfig`` + ``run_eval``); ``lm_eval_backend`` runs any lm-evaluation-harness
+task and ``lm_eval_results`` reads its metrics. ``tasks`` holds the pre-RULER prompts
+(``legacy_*`` tasks).
 """

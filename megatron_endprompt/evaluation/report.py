@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from megatron_endprompt.evaluation.lm_eval_results import metrics_markdown
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 from megatron_endprompt.evaluation.results_io import (
     finite_or_null,
@@ -116,6 +117,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     head = "| task | " + " | ".join(str(n) for n in lengths) + " |"
     rows = [head, "|" + "---|" * (len(lengths) + 1)]
     for task, summ in results.get("tasks", {}).items():
+        if "metrics" in summ and not summ["scores"]:
+            continue  # an lm-eval task without per-length metrics: in the metrics table
         mark = "" if not summ["ruler"] else (" (RULER)" if summ["exact_ruler"]
                                              else " (RULER, substitute haystack)")
         cells = [_fmt_score(summ["scores"].get(str(n))) for n in lengths]
@@ -131,13 +134,14 @@ def markdown_table(results: dict[str, Any]) -> str:
                     + " |")
     meta = results["meta"]
     note = (f"\nModel `{meta['hf_dir']}` (max_position_embeddings "
-            f"{meta.get('max_position_embeddings')}), {meta['samples']} sample(s) per task x "
+            f"{meta.get('max_position_embeddings')}), {meta['samples'] or 'all'} sample(s) per task x "
             f"length, seed {meta['seed']}, {meta['dtype']} on {meta['device']}.")
     if meta.get("haystack"):
         h = meta["haystack"]
         note += (f" Essay haystack: {h['source']}"
                  + (" (substitute for RULER's Paul Graham essays)." if h["substitute"] else "."))
-    return "\n".join(rows) + "\n" + note + "\n"
+    metrics = metrics_markdown(results)
+    return "\n".join(rows) + "\n" + (f"\n{metrics}" if metrics else "") + note + "\n"
 
 
 def _pyplot() -> Any:

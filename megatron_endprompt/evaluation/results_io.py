@@ -19,12 +19,16 @@ __all__ = ["check_weights_readable", "check_writable", "finite_or_null", "saniti
            "write_json_now", "write_text_atomic"]
 
 
-def check_writable(path: str, *, flag: str = "--output") -> None:
-    """Refuse an output file whose directory cannot be created or written (before any work)."""
+def check_writable(path: str, *, flag: str = "--output", create: bool = True) -> None:
+    """Refuse an output file whose directory cannot be created or written (before any work).
+
+    ``create=False`` probes the nearest existing ancestor and leaves nothing behind: the
+    evaluation checks its outputs this way and creates their directory only once every other
+    input has been validated (a refused run leaves no empty output directory)."""
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a directory; give a file path, e.g. "
                         f"{os.path.join(path, 'results.json')}")
-    check_writable_location(path, flag=flag, create=True)
+    check_writable_location(path, flag=flag, create=create)
 
 
 def finite_or_null(value: Any, *, where: str = "", found: list[str] | None = None) -> Any:

@@ -23,8 +23,7 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.results_io import check_weights_readable, check_writable
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
-__all__ = ["EvalConfig", "run_eval", "run_lm_eval_backend", "resolve_tasks", "TASK_GROUPS",
-           "TASK_NAMES",
+__all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
            "LEGACY_TASKS", "check_writable"]
 
 LEGACY_TASKS = ("legacy_passkey", "legacy_niah_single", "legacy_niah_multikey",
@@ -51,8 +50,9 @@ class EvalConfig:
     """Task names (groups already expanded): RULER names, ``passkey``, ``ppl``, ``legacy_*``."""
     depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     """Passkey (and legacy) needle depths; RULER tasks place needles as RULER does."""
-    samples: int = 5
-    """Prompts per task x length (x depth for passkey)."""
+    samples: int | None = 5
+    """Prompts per task x length (x depth for passkey); for ``backend="lm-eval"`` documents
+    per task (per task x length for RULER), ``None`` = all of lm-eval's documents."""
     seed: int = 42
     """RULER's default ``--random_seed``."""
     device: str = "cpu"
@@ -74,10 +74,17 @@ class EvalConfig:
     save_prompts: str | None = None
     """JSONL: one line per prompt (task, length, prompt, answer, output, score)."""
     progress: bool = True
+    backend: str = "native"
+    """``native`` (our offline tasks) or ``lm-eval`` (lm-evaluation-harness's tasks)."""
+    lm_eval_include: list[str] = field(default_factory=list)
+    """Directories or YAML files of local lm-eval tasks (``TaskManager(include_path=...)``)."""
 
     def validate(self) -> None:
-        """Raise ``UserError`` naming the flag for every inconsistent choice."""
-        for name, value, low in (("--samples", self.samples, 1),
+        """Raise ``UserError`` naming the flag for every inconsistent choice (before anything
+        is created or loaded)."""
+        if self.samples is None and self.backend == "native":
+            raise UserError("--samples: give a count (prompts per task x length)")
+        for name, value, low in (("--samples", 1 if self.samples is None else self.samples, 1),
                                  ("--batch-size", self.batch_size, 1),
                                  ("--ppl-stride", self.ppl_stride, 1),
                                  ("--ppl-doc-tokens", self.ppl_doc_tokens, 0),
@@ -99,6 +106,22 @@ class EvalConfig:
             raise UserError("--tasks ppl needs --ppl-data FILE (PG19-style .jsonl or .txt)")
         if self.output.endswith((".md", ".png")):
             raise UserError(f"--output {self.output}: give the JSON path (FILE.json)")
+        if os.path.isdir(self.output):
+            raise UserError(f"--output {self.output} is a directory; give the JSON path, e.g. "
+                            f"{os.path.join(self.output, 'results.json')}")
+        if self.haystack is not None and self.backend != "native":
+            raise UserError("--haystack is read by the native backend only (lm-eval's essay "
+                            "tasks read its own copy); drop --haystack")
+        if self.haystack is not None and not any(t in ESSAY_TASKS for t in self.tasks):
+            raise UserError(f"--haystack {self.haystack}: none of --tasks uses it (only "
+                            f"{', '.join(ESSAY_TASKS)} read an essay haystack); drop --haystack "
+                            "or add one of those tasks")
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UserError(f"--device {self.device}: CUDA is not available here; use "
+                                "--device cpu")
 
 
 def resolve_tasks(text: str) -> list[str]:
@@ -114,7 +137,8 @@ def resolve_tasks(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _model_meta(hf_dir: str) -> dict[str, Any]:
+def model_meta(hf_dir: str) -> dict[str, Any]:
+    """The model facts every report carries (type, RoPE, ``max_position_embeddings``)."""
     from transformers import AutoConfig
 
     try:
@@ -200,16 +224,11 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     log = log or (lambda msg: print(msg, file=sys.stderr))
     cfg.validate()
     paths = report.output_paths(cfg.output)
-    check_writable(paths["json"], flag="--output")
+    # probe only: the directories are created once every input below has been validated
+    check_writable(paths["json"], flag="--output", create=False)
     if cfg.save_prompts:
-        check_writable(cfg.save_prompts, flag="--save-prompts")
-    if cfg.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {cfg.device}: CUDA is not available here; use "
-                            "--device cpu")
-    meta = _model_meta(cfg.hf_dir)
+        check_writable(cfg.save_prompts, flag="--save-prompts", create=False)
+    meta = model_meta(cfg.hf_dir)
 
     import transformers
 
@@ -252,6 +271,9 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     from tqdm import tqdm
 
     torch.manual_seed(cfg.seed)
+    for path in (paths["json"], cfg.save_prompts):  # everything validated: now create
+        if path:
+            check_writable(path, flag="--output" if path == paths["json"] else "--save-prompts")
     start = time.time()
     model = runner.load_model(cfg.hf_dir, device=cfg.device, dtype=cfg.dtype,
                               attn_implementation=cfg.attn_implementation)
@@ -296,27 +318,6 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
             prompts_file.close()
     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
     results["written"] = report.write_reports(results, cfg.output)
-    return results
-
-
-def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
-    """``--backend lm-eval``: lm-evaluation-harness's RULER on ``cfg.hf_dir`` (task names as
-    lm-eval's, ``ruler`` = its 13-task group); writes the JSON and markdown."""
-    from megatron_endprompt.evaluation import report
-    from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval
-
-    cfg.validate()
-    check_writable(report.output_paths(cfg.output)["json"], flag="--output")
-    start = time.time()
-    results: dict[str, Any] = {"meta": {
-        "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "samples": cfg.samples,
-        "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype, "backend": "lm-eval",
-        **_model_meta(cfg.hf_dir)}}
-    results.update(run_lm_eval(hf_dir=cfg.hf_dir, tasks=cfg.tasks, lengths=cfg.lengths,
-                               device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
-                               samples=cfg.samples, seed=cfg.seed))
-    results["meta"]["elapsed_s"] = round(time.time() - start, 2)
-    results["written"] = report.write_tables(results, cfg.output)
     return results
 
 

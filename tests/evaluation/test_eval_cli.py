@@ -1,14 +1,15 @@
 """``tools/eval_longcontext.py`` end to end on a random tiny Llama: RULER + passkey + PPL
 reports, --save-prompts, a perfect reader scoring 100 on every task, results written as each
-task finishes, one-line errors before any work, and the lm-eval backend's wiring."""
+task finishes, one-line errors before any work (and before the output directory exists).
+The real lm-eval backend is tested in ``test_eval_lm_eval.py``."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import shutil
 import sys
-import types
 
 import pytest
 import torch
@@ -185,50 +186,6 @@ def test_missing_dir_and_data(tiny_model_dir, tmp_path, run_tool):
         assert rc == 2 and "CUDA is not available" in err
 
 
-def test_lm_eval_backend_wiring(tiny_model_dir, tmp_path, run_tool, monkeypatch):
-    """--backend lm-eval calls lm-eval's simple_evaluate with RULER's lengths as metadata and
-    lm-eval's task names, and reports its per-length scores. lm-eval itself is not installed
-    here (its RULER downloads essays and QA sets), so a stand-in module records the call."""
-    seen = {}
-
-    def simple_evaluate(**kw):
-        seen.update(kw)
-        return {"results": {"niah_single_1": {"alias": "x", "1024,none": 0.5, "2048,none": -1},
-                            "ruler_vt": {"1024,none": 1.0, "2048,none": 0.25}}}
-
-    fake = types.ModuleType("lm_eval")
-    fake.simple_evaluate = simple_evaluate
-    fake.__version__ = "0.0-test"
-    monkeypatch.setitem(sys.modules, "lm_eval", fake)
-    rc, out, err = run_tool(eval_cli.main, [
-        "--hf-dir", tiny_model_dir, "--backend", "lm-eval", "--tasks", "niah_single_1,vt",
-        "--lengths", "1024,2048", "--samples", "3", "--device", "cpu",
-        "--output", tmp_path / "lm.json", "--no-progress"])
-    assert rc == 0, err
-    assert seen["model"] == "hf" and seen["tasks"] == ["niah_single_1", "ruler_vt"]
-    assert seen["model_args"]["pretrained"] == tiny_model_dir
-    assert seen["model_args"]["max_length"] == 2048
-    assert seen["metadata"]["max_seq_lengths"] == [1024, 2048] and seen["limit"] == 6
-    res = json.loads((tmp_path / "lm.json").read_text())
-    assert res["tasks"]["niah_single_1"]["scores"] == {"1024": 50.0, "2048": None}
-    assert res["ruler"]["average"] == {"1024": 75.0, "2048": 25.0}
-    assert "| RULER average (2 tasks) | 75.0 | 25.0 |" in out
-
-
-def test_lm_eval_real_task(tiny_model_dir, tmp_path, run_tool):
-    """A real lm-eval run of its noise-haystack RULER task where lm-eval is installed."""
-    pytest.importorskip("lm_eval", reason="lm-eval is an optional extra, not in the tested "
-                        "set (it pulls datasets/evaluate, and its essay and QA RULER tasks "
-                        "download data); the wiring is tested with a stand-in above")
-    rc, _, err = run_tool(eval_cli.main, [
-        "--hf-dir", tiny_model_dir, "--backend", "lm-eval", "--tasks", "niah_single_1",
-        "--lengths", "1024", "--samples", "1", "--device", "cpu",
-        "--output", tmp_path / "lm.json", "--no-progress"])
-    assert rc == 0, err
-    res = json.loads((tmp_path / "lm.json").read_text())
-    assert 0.0 <= res["tasks"]["niah_single_1"]["scores"]["1024"] <= 100.0
-
-
 def test_lm_eval_backend_missing(tiny_model_dir, tmp_path, run_tool, monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)
     rc, _, err = run_tool(eval_cli.main, [
@@ -279,3 +236,63 @@ def test_legacy_prompts_and_stream_ppl_by_name(tiny_model_dir, ppl_jsonl, tmp_pa
     ppl = res["ppl"]
     assert ppl["protocol"].startswith("legacy") and ppl["by_length"]["400"]["windows"] == 2
     assert ppl["by_length"]["400"]["tokens"] == 2 * 400
+
+
+def _refusals(tiny_model_dir, tmp_path):
+    """(extra argv, expected text) of inputs refused before any work (issue 27)."""
+    no_tok = tmp_path / "no_tokenizer"
+    shutil.copytree(tiny_model_dir, no_tok)
+    for name in os.listdir(no_tok):
+        if name.startswith(("tokenizer", "special_tokens")):
+            os.unlink(no_tok / name)
+    (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 ".encode("latin-1") * 50)
+    (tmp_path / "bad.jsonl").write_text("{not json}\n", encoding="utf-8")
+    cases = [
+        (["--lengths", "10"], "--lengths 10"),
+        (["--hf-dir", no_tok], "cannot load a tokenizer"),
+        (["--tasks", "ppl", "--ppl-data", tmp_path / "missing.jsonl"], "no such file"),
+        (["--tasks", "ppl", "--ppl-data", tmp_path / "empty.jsonl"], "no text to score"),
+        (["--tasks", "ppl", "--ppl-data", tmp_path / "latin1.txt"], "not UTF-8"),
+        (["--tasks", "ppl", "--ppl-data", tmp_path / "bad.jsonl"], "not a JSON object"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda"], "CUDA is not available"))
+    return cases
+
+
+def test_refused_runs_leave_no_output_directory(tiny_model_dir, tmp_path, run_tool):
+    """Every refused evaluation is one line and leaves nothing behind, not even the output's
+    directory (old code created it before validating)."""
+    out_dir = tmp_path / "results" / "run1"
+    for extra, needle in _refusals(tiny_model_dir, tmp_path):
+        argv = ["--hf-dir", tiny_model_dir, "--tasks", "niah_single_1", "--lengths", "1024",
+                "--save-prompts", out_dir / "p.jsonl", "--output", out_dir / "r.json",
+                "--no-progress", *extra]
+        rc, _, err = run_tool(eval_cli.main, argv)
+        assert rc == 2 and "Traceback" not in err and needle in err, (extra, err)
+        assert len(err.strip().splitlines()) == 1, err
+        assert not os.path.exists(tmp_path / "results"), extra
+
+
+def test_unused_haystack_and_directory_output_refused(tiny_model_dir, tmp_path, run_tool):
+    """``--haystack`` with no essay task (old: silently unused, exit 0) and ``--output`` naming
+    an existing directory (old: wrote ``DIR.json`` beside it) are refused in one line."""
+    hay = tmp_path / "hay.txt"
+    hay.write_text("An essay. " * 200, encoding="utf-8")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for extra, needle in (
+            (["--haystack", hay, "--output", tmp_path / "r.json"], "none of --tasks uses it"),
+            (["--output", out_dir], f"--output {out_dir} is a directory"),
+            (["--backend", "lm-eval", "--tasks", "niah_single_2", "--haystack", hay,
+              "--output", tmp_path / "r.json"], "native backend only"),
+            (["--backend", "lm-eval", "--ppl-data", hay, "--output", tmp_path / "r.json"],
+             "--ppl-data is read by the native backend only"),
+            (["--lm-eval-include", tmp_path, "--output", tmp_path / "r.json"],
+             "needs --backend lm-eval")):
+        argv = ["--hf-dir", tiny_model_dir, "--tasks", "niah_single_1", "--lengths", "1024",
+                "--samples", "1", "--no-progress", *extra]
+        rc, _, err = run_tool(eval_cli.main, argv)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (extra, err)
+    assert sorted(os.listdir(tmp_path)) == ["hay.txt", "out"] and not os.listdir(out_dir)
