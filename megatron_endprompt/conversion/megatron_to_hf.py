@@ -33,6 +33,7 @@ from megatron_endprompt.conversion.megatron_ckpt import (
     tensor_metadata,
 )
 from megatron_endprompt.conversion.output import atomic_output_dir, check_finite, check_output
+from megatron_endprompt.conversion.special_tokens import KEYS, resolve_special_ids, tokenizer_ids
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.window import EXPORT_FLAGS, EndPromptWindow
 
@@ -75,8 +76,8 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
     return window.target_length, window.pi_factor, L0
 
 
-def _megatron_tokenizer_size(args: Any) -> int | None:
-    """Vocabulary size of the tokenizer Megatron built from the saved args, if buildable."""
+def _megatron_tokenizer(args: Any) -> Any:
+    """The tokenizer Megatron builds from the saved args, or ``None`` when not buildable."""
     tokenizer_type = getattr(args, "tokenizer_type", None)
     model = getattr(args, "tokenizer_model", None)
     if tokenizer_type is None:
@@ -86,9 +87,23 @@ def _megatron_tokenizer_size(args: Any) -> int | None:
     try:
         from megatron_endprompt.compat import build_megatron_tokenizer
 
-        return int(build_megatron_tokenizer(tokenizer_type, model,
-                                            getattr(args, "vocab_size", None)).vocab_size)
+        return build_megatron_tokenizer(tokenizer_type, model, getattr(args, "vocab_size", None))
     except Exception:  # noqa: BLE001 - an unbuildable tokenizer just gives no answer
+        return None
+
+
+def _megatron_tokenizer_size(tokenizer: Any) -> int | None:
+    """Vocabulary size of the run's Megatron tokenizer, if buildable."""
+    return None if tokenizer is None else int(tokenizer.vocab_size)
+
+
+def _training_eod(args: Any, tokenizer: Any) -> int | None:
+    """End-of-document id the run trained with, for a real (not Null) tokenizer."""
+    if tokenizer is None or getattr(args, "tokenizer_type", None) == "NullTokenizer":
+        return None
+    try:
+        return int(tokenizer.eod)
+    except Exception:  # noqa: BLE001 - a tokenizer without an end id gives no answer
         return None
 
 
@@ -113,10 +128,11 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             raise UserError(f"{ckpt}: no embedding.word_embeddings.weight; not a GPT checkpoint")
         padded = embed[0][0]
         source_vocab = (getattr(args, "endprompt_hf_config", None) or {}).get("vocab_size")
-        vocab = source_vocab or _megatron_tokenizer_size(args)
+        run_tokenizer = _megatron_tokenizer(args)
+        vocab = source_vocab or _megatron_tokenizer_size(run_tokenizer)
         vocab_from = "recorded HF config" if source_vocab else "Megatron tokenizer"
         with atomic_output_dir(opts.output, overwrite=opts.overwrite) as tmp:
-            tokenizer_len, token_ids = None, {}
+            tokenizer_len, token_ids = None, None
             tokenizer_src = opts.tokenizer
             if tokenizer_src is None and getattr(args, "tokenizer_type", None) in (
                     "HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
@@ -128,8 +144,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
 
                 tok = export_tokenizer(tokenizer_src, tmp, model_max_length=L)
                 tokenizer_len = len(tok)
-                token_ids = {f"{r}_token_id": getattr(tok, f"{r}_token_id", None)
-                             for r in ("bos", "eos", "pad")}
+                token_ids = tokenizer_ids(tok)
             if vocab is None:
                 vocab, vocab_from = (tokenizer_len, "--tokenizer") if tokenizer_len \
                     else (padded, "padded size (no tokenizer known)")
@@ -166,9 +181,12 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             shards = writer.close()
             config = hf_config_dict(spec, target_length=L, pi_factor=s, vocab_size=vocab)
             config["dtype"] = config["torch_dtype"] = str(dtype).removeprefix("torch.")
-            for key, value in token_ids.items():
-                if config.get(key) is None and value is not None:
-                    config[key] = value
+            special, notes = resolve_special_ids(
+                recorded={k: spec.extra.get(k) for k in KEYS},
+                tokenizer=token_ids, training_eod=_training_eod(args, run_tokenizer))
+            for key in KEYS:  # never LlamaConfig's default 1/2 (issue 22)
+                config.pop(key, None)
+            config.update(special)
             with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
                 json.dump(config, f, indent=2)
             generation = {k: config[k] for k in ("bos_token_id", "eos_token_id",
@@ -179,4 +197,5 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             "target_length": L, "pi_factor": s, "original_length": L0,
             "rope_theta": spec.rope_theta, "vocab_size": vocab, "vocab_from": vocab_from,
             "padded_vocab_size": padded, "shards": shards, "tensors": len(work),
-            "tokenizer": tokenizer_src}
+            "tokenizer": tokenizer_src, "special_token_ids": special,
+            "special_token_notes": notes}

@@ -142,14 +142,53 @@ def sentencepiece_to_hf(model_path: str) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, **named)
 
 
+def _gpt2_files_only(directory: str) -> bool:
+    """A GPT-2-style tokenizer directory: ``vocab.json`` + ``merges.txt`` and nothing that
+    tells ``AutoTokenizer`` its class (no ``tokenizer.json``/``tokenizer_config.json``)."""
+    names = set(os.listdir(directory))
+    return {"vocab.json", "merges.txt"} <= names and not \
+        names & {"tokenizer.json", "tokenizer_config.json", "config.json"}
+
+
+def gpt2_files_to_hf(directory: str) -> Any:
+    """Wrap GPT-2's ``vocab.json``/``merges.txt`` as a fast HF tokenizer (byte-level BPE, no
+    prefix space), ``<|endoftext|>`` as BOS/EOS/UNK when the vocabulary has it, as GPT-2's own
+    configuration does."""
+    from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        with open(os.path.join(directory, "vocab.json"), encoding="utf-8") as f:
+            vocab = json.load(f)
+        # built with ``tokenizers`` directly: transformers 5's GPT2TokenizerFast ignores
+        # vocab_file/merges_file and would give an empty vocabulary
+        tok = Tokenizer(BPE.from_file(os.path.join(directory, "vocab.json"),
+                                      os.path.join(directory, "merges.txt")))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        end = "<|endoftext|>" if "<|endoftext|>" in vocab else None
+        if end:
+            tok.add_special_tokens([AddedToken(end, special=True, normalized=False)])
+        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end,
+                                       unk_token=end)
+    except Exception as exc:  # noqa: BLE001 - a malformed vocab/merges pair
+        raise UserError(f"--tokenizer {directory}: vocab.json/merges.txt do not make a GPT-2 "
+                        f"tokenizer ({str(exc)[:120]})") from None
+
+
 def portable_tokenizer_config(config: dict[str, Any], *, model_max_length: int | None
                               ) -> dict[str, Any]:
     """``tokenizer_config.json`` that transformers 4.45-4.57 and 5.x load the same way:
     class ``PreTrainedTokenizerFast`` (the tokenizer is in ``tokenizer.json``), no
     :data:`LOADER_KEYS`, ``extra_special_tokens`` as a list stored under 4.x's
-    ``additional_special_tokens`` (4.x expects a dict there), ``model_max_length`` set."""
+    ``additional_special_tokens`` (4.x expects a dict there), ``model_max_length`` set, and
+    ``model_input_names`` pinned to ``input_ids``/``attention_mask``: without it 4.57 returns
+    ``token_type_ids`` for a GPT-2-style tokenizer and ``model.generate(**tok(text))`` fails
+    (a decoder-only model takes no token types)."""
     out = {k: v for k, v in config.items() if k not in LOADER_KEYS}
     out["tokenizer_class"] = "PreTrainedTokenizerFast"
+    out["model_input_names"] = ["input_ids", "attention_mask"]
     extra = out.get("extra_special_tokens")
     if isinstance(extra, list):
         del out["extra_special_tokens"]
@@ -166,7 +205,9 @@ def export_tokenizer(source: str, out_dir: str, *, model_max_length: int | None 
     (``len()`` is the number of ids, added tokens included)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if os.path.isdir(source):
+    if os.path.isdir(source) and _gpt2_files_only(source):
+        tok = gpt2_files_to_hf(source)
+    elif os.path.isdir(source):
         try:
             tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - any failure is a bad tokenizer directory

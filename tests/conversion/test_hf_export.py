@@ -31,7 +31,8 @@ def test_tokenizer_config_is_portable():
     got = portable_tokenizer_config(saved_by_v5, model_max_length=L)
     assert got == {"bos_token": "<s>", "model_max_length": L,
                    "tokenizer_class": "PreTrainedTokenizerFast",
-                   "additional_special_tokens": ["<x>"]}
+                   "additional_special_tokens": ["<x>"],
+                   "model_input_names": ["input_ids", "attention_mask"]}
 
 
 def test_config_fields_through_llama_config():
