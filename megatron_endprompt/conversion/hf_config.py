@@ -67,10 +67,6 @@ class HFModelSpec(ModelShape):
     """``torch_dtype`` of the weights."""
     model_type: str = "llama"
     """HF ``model_type`` (one of :data:`.families.FAMILIES`)."""
-    qkv_bias: bool = False
-    """Biases on q/k/v (Qwen2; Megatron ``--add-qkv-bias``)."""
-    qk_norm: bool = False
-    """Per-head RMSNorm on q and k (Qwen3; Megatron ``--qk-layernorm``)."""
     yarn: YarnScaling | None = None
     """YaRN / NTK-by-parts RoPE the checkpoint was trained with (its factor is the run's
     ``s``); ``None``: linear PI."""
