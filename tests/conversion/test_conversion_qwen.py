@@ -142,3 +142,18 @@ def test_qwen3_attention_bias_refused(run_tool, tmp_path):
                                  "--no-progress"])
     assert rc == 2 and err.strip().startswith("error: ") and "attention_bias=true" in err
     assert not out.exists()
+
+
+def test_rotary_base_is_an_integer_flag(qwen):
+    """Qwen's rope_theta 1e6 reaches Megatron as ``--rotary-base 1000000`` (``:g`` formatting
+    wrote ``1e+06``, which Megatron's int parser refused); a fractional base is refused."""
+    from dataclasses import replace
+
+    from megatron_endprompt.conversion.hf_config import megatron_flags, read_hf_config
+    from megatron_endprompt.errors import UserError
+
+    spec = read_hf_config(qwen[1])
+    flags = megatron_flags(spec)
+    assert flags[flags.index("--rotary-base") + 1] == "1000000"
+    with pytest.raises(UserError, match="not an integer"):
+        megatron_flags(replace(spec, rope_theta=10000.5))
