@@ -85,7 +85,8 @@ def _load_json(path: str) -> dict[str, Any]:
 
 
 def read_hf_config(hf_dir: str) -> HFModelSpec:
-    """Validate ``hf_dir/config.json`` as a Llama-layout model. Raises :class:`UserError`."""
+    """Validate ``hf_dir/config.json`` as a model of a known family (:mod:`.families`). Raises
+    :class:`UserError`."""
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isdir(hf_dir):
         raise UserError(f"--hf-dir {hf_dir}: no such directory")
