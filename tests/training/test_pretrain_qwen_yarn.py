@@ -52,6 +52,7 @@ def test_qwen3_yarn_run_trains_and_exports(tmp_path, run_tool):
             "--save", save, "--save-interval", "3"]
     rc, log = run_pretrain(args, log_path=str(tmp_path / "train.log"), nproc=1)
     assert rc == 0, log[-3000:]
+    assert "s=8 RoPE=yarn;" in log  # the start-up banner: the flag reached the run
     losses = parse_losses(log)
     assert sorted(losses) == [1, 2, 3] and all(v == v for v in losses.values())
 
