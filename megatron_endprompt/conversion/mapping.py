@@ -30,9 +30,10 @@ from megatron_endprompt.conversion.transforms import (
     Transform,
     VocabPad,
 )
+from megatron_endprompt.shape import ModelShape
 
 __all__ = ["LLAMA_MAPPINGS", "QKV_BIAS_MAPPINGS", "QK_NORM_MAPPINGS", "Dims", "WeightMapping",
-           "expand", "hf_names", "model_mappings"]
+           "expand", "hf_names", "mappings_for", "model_mappings"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +147,11 @@ def model_mappings(*, qkv_bias: bool = False, qk_norm: bool = False
     qkv = next(i for i, m in enumerate(LLAMA_MAPPINGS)
                if m.megatron.endswith("linear_qkv.weight"))
     return LLAMA_MAPPINGS[:qkv + 1] + extra + LLAMA_MAPPINGS[qkv + 1:]
+
+
+def mappings_for(shape: ModelShape) -> tuple[WeightMapping, ...]:
+    """The mapping of a model of this shape (its ``qkv_bias`` / ``qk_norm`` decide)."""
+    return model_mappings(qkv_bias=shape.qkv_bias, qk_norm=shape.qk_norm)
 
 
 def expand(mappings: Sequence[WeightMapping], dims: Dims

@@ -67,8 +67,8 @@ def single_process_group() -> Iterator[None]:
 def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False,
                     initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
     """A TP=1, PP=1 GPT model (stock ``GPTModel`` unless ``cls``) on the CPU for a Megatron-LM
-    argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm`` included), parameters in ``args.params_dtype``, left uninitialised unless
-    ``initialize``. Needs :func:`single_process_group`."""
+    argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm`` included),
+    parameters in ``args.params_dtype``, left uninitialised unless ``initialize``. Needs :func:`single_process_group`."""
     import torch.nn.functional as F
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,

@@ -24,7 +24,7 @@ from typing import Any
 
 from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
 from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
-from megatron_endprompt.conversion.mapping import Dims, expand, model_mappings
+from megatron_endprompt.conversion.mapping import Dims, expand, mappings_for
 from megatron_endprompt.conversion.megatron_ckpt import (
     find_checkpoint,
     load_common_state,
@@ -138,7 +138,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
                                 f"checkpoint's embedding ({padded} rows)")
             dims = Dims(**{**spec.shape_fields(), "vocab_size": vocab},
                         padded_vocab_size=padded)
-            work = list(expand(model_mappings(qkv_bias=spec.qkv_bias, qk_norm=spec.qk_norm), dims))
+            work = list(expand(mappings_for(dims), dims))
             for mapping, layer in work:  # validate everything before reading tensors
                 key = mapping.checkpoint_key()
                 want = mapping.megatron_shape(dims)
