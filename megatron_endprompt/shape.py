@@ -21,7 +21,8 @@ _SHAPE_INTS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_he
 
 @dataclass(frozen=True, kw_only=True)
 class ModelShape:
-    """A dense Llama-layout decoder (RMSNorm, SwiGLU, GQA, RoPE, no biases)."""
+    """A dense Llama-layout decoder (RMSNorm, SwiGLU, GQA, RoPE; no biases except Qwen2's q/k/v
+    ones, and Qwen3's per-head q/k norms)."""
 
     num_layers: int
     """Decoder layers ``l`` (per-layer weights are stacked ``[l, ...]`` in checkpoints)."""
@@ -39,6 +40,10 @@ class ModelShape:
     """The tokenizer's vocabulary ``V`` (HF embedding rows; Megatron pads it)."""
     tied: bool = False
     """Input embedding shared with the output layer (no ``lm_head``)."""
+    qkv_bias: bool = False
+    """Biases on q/k/v (Qwen2 / Qwen2.5; Megatron ``--add-qkv-bias``)."""
+    qk_norm: bool = False
+    """Per-head RMSNorm weights ``[d]`` on q and k (Qwen3; Megatron ``--qk-layernorm``)."""
 
     def __post_init__(self) -> None:
         for key in _SHAPE_INTS:
@@ -66,6 +71,13 @@ class ModelShape:
     def query_width(self) -> int:
         """``n * d``: rows of ``q_proj``, columns of ``o_proj``, width of attention's output."""
         return self.num_attention_heads * self.head_dim
+
+    @property
+    def attention_extra_params_per_layer(self) -> int:
+        """Parameters of one layer beyond the Llama layout: q/k/v biases ``(n + 2g) d`` and/or
+        the two per-head norms ``2 d`` (Megatron's memory formula counts neither)."""
+        bias = (self.num_attention_heads + 2 * self.num_query_groups) * self.head_dim
+        return (bias if self.qkv_bias else 0) + (2 * self.head_dim if self.qk_norm else 0)
 
     @property
     def kv_width(self) -> int:

@@ -22,7 +22,7 @@ def test_widths_and_fields_shared():
     for obj in (dims, spec, plan):
         assert isinstance(obj, ModelShape)
         assert (obj.query_width, obj.kv_width, obj.heads_per_group) == (64, 32, 2)
-        assert obj.shape_fields() == {**SHAPE, "tied": False}
+        assert obj.shape_fields() == {**SHAPE, "tied": False, "qkv_bias": False, "qk_norm": False}
     assert Dims(**spec.shape_fields(), padded_vocab_size=128) == dims
     llama3 = MODEL_PRESETS["llama3-8b"]
     assert (llama3.query_width, llama3.kv_width) == (4096, 1024)

@@ -1,9 +1,12 @@
-"""Checkpoint conversion both ways: Hugging Face Llama <-> Megatron-Core ``torch_dist``.
+"""Checkpoint conversion both ways: Hugging Face Llama / Mistral / Qwen2 / Qwen3 <-> Megatron-Core
+``torch_dist``.
 
-* :mod:`.transforms` — one class per tensor transform (QKV, gate/up, vocabulary pad, identity,
-  norm), each with its shapes and both directions;
+* :mod:`.transforms` — one class per tensor transform (QKV, QKV bias, gate/up, vocabulary pad,
+  identity, norm, per-head norm), each with its shapes and both directions;
 * :mod:`.mapping` — the weight mapping, declared as data (one table for both directions);
-* :mod:`.hf_config` — ``config.json`` <-> Megatron arguments (RoPE base, EndPrompt ``L``/``s``);
+* :mod:`.families` — the HF model families and the Megatron flags of each (QKV bias, QK norm);
+* :mod:`.hf_config` — ``config.json`` <-> Megatron arguments (RoPE base, EndPrompt ``L``/``s``,
+  linear or YaRN scaling);
 * :mod:`.hf_io` — streaming safetensors reader, sharded writer with index;
 * :mod:`.megatron_ckpt` — writing/finding/reading ``torch_dist`` checkpoints on one CPU process;
 * :mod:`.tokenizer` — the exported tokenizer in HF form (SentencePiece models converted, a

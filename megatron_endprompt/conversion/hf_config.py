@@ -1,7 +1,9 @@
-"""Config translation: HF Llama ``config.json`` <-> Megatron-LM arguments.
+"""Config translation: HF ``config.json`` (Llama, Mistral, Qwen2/2.5, Qwen3) <-> Megatron-LM
+arguments.
 
-HF -> Megatron: :func:`read_hf_config` validates an HF directory's config (Llama / Mistral,
-RMSNorm, SwiGLU, RoPE, no biases) into an :class:`HFModelSpec`; :func:`megatron_flags` gives the
+HF -> Megatron: :func:`read_hf_config` validates an HF directory's config (RMSNorm, SwiGLU, RoPE,
+no biases beyond Qwen2's q/k/v ones; the families are :mod:`.families`) into an
+:class:`HFModelSpec`; :func:`megatron_flags` gives the
 Megatron command-line flags that build the same model (the converter prints them and records
 them in the checkpoint's saved ``args``).
 
@@ -11,7 +13,10 @@ Megatron -> HF: :func:`spec_from_megatron_args` reads a checkpoint's saved ``arg
 written twice — ``rope_parameters {"rope_type": "linear", "factor": s, "rope_theta": base}``
 (transformers >= 5) and the legacy ``rope_scaling {"type": "linear", "rope_type": "linear",
 "factor": s}`` plus top-level ``rope_theta`` (transformers 4.x, vLLM). The two forms carry the same
-values, so whichever a reader prefers it gets the same RoPE.
+values, so whichever a reader prefers it gets the same RoPE. A run trained with
+``--endprompt-rope-scaling yarn|ntk-by-parts`` exports ``rope_type: yarn`` instead (factor ``s``,
+``original_max_position_embeddings = L0``, its betas; ``attention_factor: 1.0`` for
+NTK-by-parts), again in both forms.
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ from argparse import Namespace
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from megatron_endprompt.conversion.families import (
+    FAMILIES,
+    family_for_model_type,
+    family_from_megatron_args,
+)
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.model.yarn import YarnScaling, yarn_from_megatron_args
 from megatron_endprompt.shape import ModelShape
 
 __all__ = [
@@ -33,8 +44,6 @@ __all__ = [
     "spec_from_megatron_args",
 ]
 
-#: HF ``model_type`` values whose checkpoints use the Llama layout.
-LLAMA_MODEL_TYPES = ("llama", "mistral")
 #: Megatron's Llama-3.1 RoPE scaling has fixed parameters apart from the factor.
 MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
                         "original_max_position_embeddings": 8192}
@@ -57,7 +66,10 @@ class HFModelSpec(ModelShape):
     dtype: str = "float32"
     """``torch_dtype`` of the weights."""
     model_type: str = "llama"
-    """HF ``model_type`` (Llama-layout types only)."""
+    """HF ``model_type`` (one of :data:`.families.FAMILIES`)."""
+    yarn: YarnScaling | None = None
+    """YaRN / NTK-by-parts RoPE the checkpoint was trained with (its factor is the run's
+    ``s``); ``None``: linear PI."""
     extra: dict[str, Any] = field(default_factory=dict)
     """HF config fields carried over unchanged on export (token ids, ``initializer_range``...)."""
 
@@ -73,16 +85,15 @@ def _load_json(path: str) -> dict[str, Any]:
 
 
 def read_hf_config(hf_dir: str) -> HFModelSpec:
-    """Validate ``hf_dir/config.json`` as a Llama-layout model. Raises :class:`UserError`."""
+    """Validate ``hf_dir/config.json`` as a model of a known family (:mod:`.families`). Raises
+    :class:`UserError`."""
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isdir(hf_dir):
         raise UserError(f"--hf-dir {hf_dir}: no such directory")
     raw = _load_json(path)
     model_type = raw.get("model_type")
     archs = raw.get("architectures") or []
-    if model_type not in LLAMA_MODEL_TYPES:
-        raise UserError(f"{path}: model_type {model_type!r} (architectures {archs}) is not "
-                        f"supported; only Llama-layout models ({', '.join(LLAMA_MODEL_TYPES)})")
+    family = family_for_model_type(model_type, where=f"{path} (architectures {archs})")
     from transformers import AutoConfig
 
     try:
@@ -91,7 +102,8 @@ def read_hf_config(hf_dir: str) -> HFModelSpec:
         raise UserError(f"{path}: transformers cannot read it ({exc})") from None
     for flag in ("attention_bias", "mlp_bias"):
         if getattr(cfg, flag, False):
-            raise UserError(f"{path}: {flag}=true is not a Llama layout (no biases supported)")
+            raise UserError(f"{path}: {flag}=true is not supported (biases only on Qwen2's "
+                            "q/k/v); set it false or use another checkpoint")
     if getattr(cfg, "hidden_act", "silu") != "silu":
         raise UserError(f"{path}: hidden_act {cfg.hidden_act!r}; Llama uses silu (SwiGLU)")
     window = getattr(cfg, "sliding_window", None)
@@ -111,7 +123,8 @@ def read_hf_config(hf_dir: str) -> HFModelSpec:
         raise UserError(f"{path}: RoPE type {rope_type!r} is not supported on the way in "
                         "(default and llama3 are)")
     try:
-        return _hf_spec(cfg, raw, rope, llama3, model_type)
+        spec = _hf_spec(cfg, raw, rope, llama3, model_type)
+        return replace(spec, qkv_bias=family.qkv_bias, qk_norm=family.qk_norm)
     except ValueError as exc:  # the shape's own checks (ModelShape): one line naming the file
         raise UserError(f"{path}: {exc}") from None
 
@@ -135,6 +148,15 @@ def _hf_spec(cfg: Any, raw: dict[str, Any], rope: dict[str, Any], llama3: float 
     )
 
 
+def _rotary_base(theta: float) -> str:
+    """Megatron's ``--rotary-base`` is an integer: ``1000000`` for Qwen's 1e6 (``f"{1e6:g}"``
+    would be ``1e+06``, which Megatron's parser refuses)."""
+    if not float(theta).is_integer():
+        raise UserError(f"rope_theta {theta} is not an integer; Megatron's --rotary-base takes "
+                        "integers only")
+    return str(int(theta))
+
+
 def megatron_flags(spec: HFModelSpec, *, tensor_parallel_size: int = 1,
                    pipeline_parallel_size: int = 1,
                    make_vocab_size_divisible_by: int = 128) -> list[str]:
@@ -144,7 +166,7 @@ def megatron_flags(spec: HFModelSpec, *, tensor_parallel_size: int = 1,
         "--ffn-hidden-size", str(spec.ffn_hidden_size),
         "--num-attention-heads", str(spec.num_attention_heads),
         "--kv-channels", str(spec.head_dim),
-        "--position-embedding-type", "rope", "--rotary-base", f"{spec.rope_theta:g}",
+        "--position-embedding-type", "rope", "--rotary-base", _rotary_base(spec.rope_theta),
         "--normalization", "RMSNorm", "--norm-epsilon", repr(spec.rms_norm_eps),
         "--swiglu", "--disable-bias-linear",
         "--max-position-embeddings", str(spec.max_position_embeddings),
@@ -158,6 +180,8 @@ def megatron_flags(spec: HFModelSpec, *, tensor_parallel_size: int = 1,
         flags.append("--untie-embeddings-and-output-weights")
     if spec.llama3_rope_factor is not None:
         flags += ["--use-rope-scaling", "--rope-scaling-factor", f"{spec.llama3_rope_factor:g}"]
+    flags += (["--add-qkv-bias"] if spec.qkv_bias else []) + \
+        (["--qk-layernorm"] if spec.qk_norm else [])
     return flags
 
 
@@ -194,14 +218,12 @@ def spec_from_megatron_args(args: Any) -> HFModelSpec:
         problems.append(f"normalization={getattr(args, 'normalization', None)}")
     if not getattr(args, "swiglu", False):
         problems.append("no --swiglu")
-    if getattr(args, "add_bias_linear", True) or getattr(args, "add_qkv_bias", False):
-        problems.append("linear biases")
+    if getattr(args, "add_bias_linear", True):
+        problems.append("linear biases (beyond --add-qkv-bias)")
     if getattr(args, "position_embedding_type", "rope") != "rope":
         problems.append(f"position_embedding_type={args.position_embedding_type}")
     if getattr(args, "num_experts", None):
         problems.append("MoE")
-    if getattr(args, "qk_layernorm", False):
-        problems.append("qk_layernorm")
     if float(getattr(args, "rotary_percent", 1.0)) != 1.0:
         problems.append(f"rotary_percent={args.rotary_percent}")
     if getattr(args, "rotary_interleaved", False):
@@ -210,7 +232,13 @@ def spec_from_megatron_args(args: Any) -> HFModelSpec:
         problems.append("apply_layernorm_1p")
     if problems:
         raise UserError("the checkpoint's model is not a Llama layout (" + ", ".join(problems)
-                        + "); only RMSNorm/SwiGLU/RoPE models without biases export to HF Llama")
+                        + "); only RMSNorm/SwiGLU/RoPE models export to HF ("
+                        + ", ".join(FAMILIES) + ")")
+    family = family_from_megatron_args(args)
+    try:
+        yarn = yarn_from_megatron_args(args)
+    except ValueError as exc:
+        raise UserError(f"the checkpoint's saved args: {exc}") from None
     heads = args.num_attention_heads
     groups = args.num_query_groups if getattr(args, "group_query_attention", False) else heads
     source = dict(getattr(args, "endprompt_hf_config", None) or {})
@@ -227,19 +255,38 @@ def spec_from_megatron_args(args: Any) -> HFModelSpec:
         tied=not args.untie_embeddings_and_output_weights,
         llama3_rope_factor=(float(args.rope_scaling_factor)
                             if getattr(args, "use_rope_scaling", False) else None),
-        dtype=dtype.replace("torch.", ""), model_type=source.get("model_type", "llama"),
+        dtype=dtype.replace("torch.", ""), model_type=family.model_type,
+        qkv_bias=family.qkv_bias, qk_norm=family.qk_norm, yarn=yarn,
         extra={k: v for k, v in source.items()
                if k not in ("model_type", "vocab_size", "dtype", "max_position_embeddings")},
     )
 
 
-def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
-                   vocab_size: int | None = None) -> dict[str, Any]:
-    """The exported ``config.json``, made by ``LlamaConfig`` / ``MistralConfig`` (which validate
-    the fields) plus the legacy fields transformers 4.x reads: ``max_position_embeddings =
-    target_length``, RoPE base kept, linear scaling by ``pi_factor`` in both forms."""
-    if vocab_size is not None:
-        spec = replace(spec, vocab_size=vocab_size)
+def _yarn_parameters(yarn: YarnScaling, *, target_length: int, pi_factor: float
+                     ) -> dict[str, Any]:
+    """HF ``rope_type: yarn`` fields (without ``rope_theta``) for a YaRN run exported at
+    ``s = pi_factor``. Readers differ on where the factor comes from (``factor``, or
+    ``max_position_embeddings / original_max_position_embeddings``): both must agree."""
+    L0 = yarn.original_max_position_embeddings
+    if float(target_length) / L0 != float(pi_factor):
+        raise UserError(f"YaRN export with factor s={pi_factor:g} but L/L0 = {target_length}/{L0}"
+                        f" = {target_length / L0:g}; HF readers take the factor from either, so "
+                        f"pass --target-length {int(round(pi_factor * L0))} (= s * L0) or "
+                        f"--pi-factor {target_length / L0:g}")
+    fields: dict[str, Any] = {"rope_type": "yarn", "factor": float(pi_factor),
+                              "original_max_position_embeddings": L0,
+                              "beta_fast": float(yarn.beta_fast),
+                              "beta_slow": float(yarn.beta_slow)}
+    if not yarn.truncate:
+        fields["truncate"] = False
+    if not yarn.attention_scaling:  # NTK-by-parts: YaRN's frequencies, no temperature
+        fields["attention_factor"] = 1.0
+    return fields
+
+
+def _rope_parameters(spec: HFModelSpec, *, target_length: int, pi_factor: float
+                     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(rope_parameters, legacy rope_scaling or None)`` of the exported config."""
     theta = spec.rope_theta
     if spec.llama3_rope_factor is not None:
         if pi_factor != 1.0:
@@ -248,17 +295,32 @@ def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
                 "configs cannot stack linear interpolation on llama3 scaling")
         scaling = {"rope_type": "llama3", "factor": spec.llama3_rope_factor,
                    **MEGATRON_LLAMA3_ROPE}
-        rope_parameters = {**scaling, "rope_theta": theta}
-        legacy = {"type": "llama3", **scaling}
-    elif pi_factor != 1.0:
-        rope_parameters = {"rope_type": "linear", "factor": float(pi_factor), "rope_theta": theta}
-        legacy = {"type": "linear", "rope_type": "linear", "factor": float(pi_factor)}
-    else:
-        rope_parameters = {"rope_type": "default", "rope_theta": theta}
-        legacy = None
-    mistral = spec.model_type == "mistral"
+        return {**scaling, "rope_theta": theta}, {"type": "llama3", **scaling}
+    if pi_factor == 1.0:  # YaRN with factor 1 is plain RoPE too
+        return {"rope_type": "default", "rope_theta": theta}, None
+    if spec.yarn is not None:
+        scaling = _yarn_parameters(spec.yarn, target_length=target_length, pi_factor=pi_factor)
+        return {**scaling, "rope_theta": theta}, {"type": "yarn", **scaling}
+    return ({"rope_type": "linear", "factor": float(pi_factor), "rope_theta": theta},
+            {"type": "linear", "rope_type": "linear", "factor": float(pi_factor)})
+
+
+def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
+                   vocab_size: int | None = None) -> dict[str, Any]:
+    """The exported ``config.json``, made by the family's config class (``LlamaConfig``,
+    ``Qwen2Config``..., which validate the fields) plus the legacy fields transformers 4.x
+    reads: ``max_position_embeddings = target_length``, RoPE base kept, the run's scaling by
+    ``pi_factor`` (linear, or YaRN) in both forms."""
+    import transformers
+
+    if vocab_size is not None:
+        spec = replace(spec, vocab_size=vocab_size)
+    theta = spec.rope_theta
+    rope_parameters, legacy = _rope_parameters(spec, target_length=target_length,
+                                               pi_factor=pi_factor)
+    family = family_for_model_type(spec.model_type, where="the checkpoint's HF model_type")
     fields: dict[str, Any] = {
-        "architectures": ["MistralForCausalLM" if mistral else "LlamaForCausalLM"],
+        "architectures": [family.architecture],
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.ffn_hidden_size,
@@ -274,22 +336,16 @@ def hf_config_dict(spec: HFModelSpec, *, target_length: int, pi_factor: float,
         "attention_dropout": 0.0,
         "use_cache": True,
         "dtype": spec.dtype,
+        **family.hf_config_fields(),
         **spec.extra,
     }
-    if mistral:
-        from transformers import MistralConfig as config_class
-
-        fields["sliding_window"] = None
-    else:
-        from transformers import LlamaConfig as config_class
-
-        fields.update(attention_bias=False, mlp_bias=False)
+    config_class = getattr(transformers, family.config_class)
     config = config_class(**fields).to_diff_dict()  # transformers fills and checks the fields
     # what transformers 4.x (and vLLM) read: top-level rope_theta, legacy rope_scaling
     config.update(max_position_embeddings=int(target_length), rope_theta=theta,
                   rope_parameters=rope_parameters, torch_dtype=spec.dtype, dtype=spec.dtype)
     if legacy is not None:
         config["rope_scaling"] = legacy
-    if mistral:
+    if family.model_type != "llama":  # full causal attention, stated for every reader
         config["sliding_window"] = None
     return config

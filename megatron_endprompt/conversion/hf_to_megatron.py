@@ -1,6 +1,6 @@
-"""HF Llama directory -> Megatron-Core ``torch_dist`` checkpoint that ``pretrain
---pretrained-checkpoint DIR --load SAVE_DIR`` (restart-safe: the first launch starts from DIR,
-later ones resume from SAVE_DIR) or ``--load DIR --finetune`` accepts at any TP/PP.
+"""HF Llama / Mistral / Qwen2 / Qwen3 directory -> Megatron-Core ``torch_dist`` checkpoint that
+``pretrain --pretrained-checkpoint DIR --load SAVE_DIR`` (restart-safe: the first launch starts
+from DIR, later ones resume from SAVE_DIR) or ``--load DIR --finetune`` accepts at any TP/PP.
 
 Steps: validate the config and every tensor's presence and shape *before* writing anything;
 build a TP=PP=1 ``GPTModel`` on the CPU in the weights' dtype (uninitialised, so building costs
@@ -30,7 +30,7 @@ from megatron_endprompt.conversion.hf_config import (
     read_hf_config,
 )
 from megatron_endprompt.conversion.hf_io import HFCheckpointReader
-from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, expand
+from megatron_endprompt.conversion.mapping import Dims, expand, mappings_for
 from megatron_endprompt.conversion.megatron_ckpt import (
     build_gpt_model,
     padded_vocab_size,
@@ -76,12 +76,13 @@ def _check_parallel(spec: HFModelSpec, tp: int, pp: int) -> None:
                         f"{spec.num_layers}")
 
 
-def check_hf_tensors(reader: HFCheckpointReader, dims: Dims, hf_dir: str) -> torch.dtype:
+def check_hf_tensors(reader: HFCheckpointReader, dims: Dims, hf_dir: str,
+                     spec: HFModelSpec) -> torch.dtype:
     """Every tensor the mapping needs is present with the shape the config implies; returns
     their (common) dtype. Raises :class:`UserError` naming the first problem."""
     dtypes = set()
     names = set(reader.names())
-    for mapping, layer in expand(LLAMA_MAPPINGS, dims):
+    for mapping, layer in expand(mappings_for(dims), dims):
         for name, want in zip(mapping.hf_names(layer=layer), mapping.hf_shapes(dims)):
             if name not in names:
                 raise UserError(f"{hf_dir}: tensor {name} is missing (partial or non-Llama "
@@ -112,12 +113,12 @@ def convert_hf_to_megatron(opts: HFToMegatronOptions) -> dict[str, Any]:
                                tensor_parallel_size=tp)
     dims = dims_for(spec, padded)
     reader = HFCheckpointReader(opts.hf_dir)
-    dtype = check_hf_tensors(reader, dims, opts.hf_dir)
+    dtype = check_hf_tensors(reader, dims, opts.hf_dir, spec)
     spec = replace(spec, dtype=str(dtype).removeprefix("torch."))
     flags = megatron_flags(spec, tensor_parallel_size=tp, pipeline_parallel_size=pp,
                            make_vocab_size_divisible_by=opts.make_vocab_size_divisible_by)
     args = megatron_args(spec, flags, padded_vocab_size=padded)
-    work = list(expand(LLAMA_MAPPINGS, dims))
+    work = list(expand(mappings_for(dims), dims))
     with atomic_output_dir(opts.output, overwrite=opts.overwrite) as tmp, single_process_group():
         model = build_gpt_model(args)
         params = model.state_dict()

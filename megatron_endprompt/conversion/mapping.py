@@ -1,4 +1,5 @@
-"""The Hugging Face Llama <-> Megatron-Core weight mapping, declared as data.
+"""The Hugging Face <-> Megatron-Core weight mapping (Llama layout, plus Qwen2's QKV biases and
+Qwen3's per-head QK norms), declared as data.
 
 One :class:`WeightMapping` per Megatron tensor: its name in the Megatron module ``state_dict``
 (local layer spec), its name in the Transformer Engine layer spec (which is also the name under
@@ -21,14 +22,18 @@ from torch import Tensor
 from megatron_endprompt.conversion.transforms import (
     Dims,
     GateUpConcat,
+    HeadNorm,
     Identity,
     Norm,
+    QKVBiasFusedPerGroup,
     QKVFusedPerGroup,
     Transform,
     VocabPad,
 )
+from megatron_endprompt.shape import ModelShape
 
-__all__ = ["LLAMA_MAPPINGS", "Dims", "WeightMapping", "expand", "hf_names"]
+__all__ = ["LLAMA_MAPPINGS", "QKV_BIAS_MAPPINGS", "QK_NORM_MAPPINGS", "Dims", "WeightMapping",
+           "expand", "hf_names", "mappings_for", "model_mappings"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +119,39 @@ LLAMA_MAPPINGS: tuple[WeightMapping, ...] = (
     WeightMapping(megatron="output_layer.weight", hf=("lm_head.weight",),
                   transform=VocabPad(), untied_only=True),
 )
+
+
+#: Qwen2 / Qwen2.5: biases on q/k/v (Megatron ``--add-qkv-bias``; ``o_proj`` and the MLP have
+#: none, so ``--disable-bias-linear`` stays).
+QKV_BIAS_MAPPINGS: tuple[WeightMapping, ...] = (
+    WeightMapping(megatron=_L + "self_attention.linear_qkv.bias",
+                  hf=(_H + "self_attn.q_proj.bias", _H + "self_attn.k_proj.bias",
+                      _H + "self_attn.v_proj.bias"),
+                  transform=QKVBiasFusedPerGroup(), per_layer=True),
+)
+
+#: Qwen3: RMSNorm over each head's ``d`` channels of q and k (Megatron ``--qk-layernorm``).
+QK_NORM_MAPPINGS: tuple[WeightMapping, ...] = (
+    WeightMapping(megatron=_L + "self_attention.q_layernorm.weight",
+                  hf=(_H + "self_attn.q_norm.weight",), transform=HeadNorm(), per_layer=True),
+    WeightMapping(megatron=_L + "self_attention.k_layernorm.weight",
+                  hf=(_H + "self_attn.k_norm.weight",), transform=HeadNorm(), per_layer=True),
+)
+
+
+def model_mappings(*, qkv_bias: bool = False, qk_norm: bool = False
+                   ) -> tuple[WeightMapping, ...]:
+    """The mapping of a Llama-layout model with Qwen2's QKV biases and/or Qwen3's QK norms
+    (their entries follow ``linear_qkv``, the order HF files list them in)."""
+    extra = (QKV_BIAS_MAPPINGS if qkv_bias else ()) + (QK_NORM_MAPPINGS if qk_norm else ())
+    qkv = next(i for i, m in enumerate(LLAMA_MAPPINGS)
+               if m.megatron.endswith("linear_qkv.weight"))
+    return LLAMA_MAPPINGS[:qkv + 1] + extra + LLAMA_MAPPINGS[qkv + 1:]
+
+
+def mappings_for(shape: ModelShape) -> tuple[WeightMapping, ...]:
+    """The mapping of a model of this shape (its ``qkv_bias`` / ``qk_norm`` decide)."""
+    return model_mappings(qkv_bias=shape.qkv_bias, qk_norm=shape.qk_norm)
 
 
 def expand(mappings: Sequence[WeightMapping], dims: Dims

@@ -67,8 +67,8 @@ def single_process_group() -> Iterator[None]:
 def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False,
                     initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
     """A TP=1, PP=1 GPT model (stock ``GPTModel`` unless ``cls``) on the CPU for a Megatron-LM
-    argument namespace, parameters in ``args.params_dtype``, left uninitialised unless
-    ``initialize``. Needs :func:`single_process_group`."""
+    argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm`` included),
+    parameters in ``args.params_dtype``, left uninitialised unless ``initialize``. Needs :func:`single_process_group`."""
     import torch.nn.functional as F
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
@@ -78,6 +78,7 @@ def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     heads = args.num_attention_heads
+    qk_norm = bool(getattr(args, "qk_layernorm", False))  # Qwen3
     config = TransformerConfig(
         num_layers=args.num_layers, hidden_size=args.hidden_size,
         ffn_hidden_size=args.ffn_hidden_size, num_attention_heads=heads,
@@ -89,10 +90,11 @@ def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False
         perform_initialization=initialize, hidden_dropout=0.0, attention_dropout=0.0,
         apply_rope_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
         masked_softmax_fusion=False, gradient_accumulation_fusion=False,
-        persist_layer_norm=False,
+        persist_layer_norm=False, add_qkv_bias=bool(getattr(args, "add_qkv_bias", False)),
+        qk_layernorm=qk_norm,
     )
-    spec = (get_gpt_layer_with_transformer_engine_spec() if te_spec
-            else get_gpt_layer_local_spec(normalization="RMSNorm"))
+    spec = (get_gpt_layer_with_transformer_engine_spec(qk_layernorm=qk_norm) if te_spec
+            else get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=qk_norm))
     return (cls or GPTModel)(
         config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
         max_sequence_length=args.max_position_embeddings, position_embedding_type="rope",

@@ -24,7 +24,7 @@ from typing import Any
 
 from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
 from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
-from megatron_endprompt.conversion.mapping import LLAMA_MAPPINGS, Dims, expand
+from megatron_endprompt.conversion.mapping import Dims, expand, mappings_for
 from megatron_endprompt.conversion.megatron_ckpt import (
     find_checkpoint,
     load_common_state,
@@ -153,7 +153,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
                                 f"checkpoint's embedding ({padded} rows)")
             dims = Dims(**{**spec.shape_fields(), "vocab_size": vocab},
                         padded_vocab_size=padded)
-            work = list(expand(LLAMA_MAPPINGS, dims))
+            work = list(expand(mappings_for(dims), dims))
             for mapping, layer in work:  # validate everything before reading tensors
                 key = mapping.checkpoint_key()
                 want = mapping.megatron_shape(dims)

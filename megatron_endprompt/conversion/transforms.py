@@ -18,8 +18,8 @@ from torch import Tensor
 
 from megatron_endprompt.shape import ModelShape
 
-__all__ = ["Dims", "GateUpConcat", "Identity", "Norm", "QKVFusedPerGroup", "Transform",
-           "VocabPad"]
+__all__ = ["Dims", "GateUpConcat", "HeadNorm", "Identity", "Norm", "QKVBiasFusedPerGroup",
+           "QKVFusedPerGroup", "Transform", "VocabPad"]
 
 Shape = tuple[int, ...]
 
@@ -87,6 +87,15 @@ class Norm(Identity):
         super().__init__(("hidden_size",))
 
 
+class HeadNorm(Identity):
+    """A per-head RMSNorm weight ``[d]``, unchanged: Qwen3's ``q_norm`` / ``k_norm`` <->
+    Megatron ``q_layernorm`` / ``k_layernorm`` (``--qk-layernorm``; both normalise each head's
+    ``d`` channels after the projection, before RoPE)."""
+
+    def __init__(self) -> None:
+        super().__init__(("head_dim",))
+
+
 class QKVFusedPerGroup(Transform):
     """HF ``q [nh*d, H]``, ``k [ng*d, H]``, ``v [ng*d, H]`` <-> Megatron ``linear_qkv
     [(nh + 2*ng)*d, H]`` fused per query group: ``[q heads of group g, k_g, v_g]`` for
@@ -104,17 +113,30 @@ class QKVFusedPerGroup(Transform):
 
     def to_megatron(self, hf: Sequence[Tensor], dims: Dims) -> Tensor:
         q, k, v = hf
-        ng, d, H = dims.num_query_groups, dims.head_dim, q.shape[-1]
-        fused = torch.cat((q.reshape(ng, dims.heads_per_group * d, H), k.reshape(ng, d, H),
-                           v.reshape(ng, d, H)), dim=1)  # [ng, (nh/ng + 2) * d, H]
-        return fused.reshape(-1, H)
+        ng, d, rest = dims.num_query_groups, dims.head_dim, tuple(q.shape[1:])
+        fused = torch.cat((q.reshape(ng, dims.heads_per_group * d, *rest),
+                           k.reshape(ng, d, *rest), v.reshape(ng, d, *rest)),
+                          dim=1)  # [ng, (nh/ng + 2) * d, *rest]
+        return fused.reshape(-1, *rest)
 
     def to_hf(self, tensor: Tensor, dims: Dims) -> tuple[Tensor, ...]:
-        ng, d, H = dims.num_query_groups, dims.head_dim, tensor.shape[-1]
-        grouped = tensor.reshape(ng, (dims.heads_per_group + 2) * d, H)
+        ng, d, rest = dims.num_query_groups, dims.head_dim, tuple(tensor.shape[1:])
+        grouped = tensor.reshape(ng, (dims.heads_per_group + 2) * d, *rest)
         q, k, v = torch.split(grouped, [dims.heads_per_group * d, d, d], dim=1)
-        return (q.reshape(-1, H).contiguous(), k.reshape(-1, H).contiguous(),
-                v.reshape(-1, H).contiguous())
+        return (q.reshape(-1, *rest).contiguous(), k.reshape(-1, *rest).contiguous(),
+                v.reshape(-1, *rest).contiguous())
+
+
+class QKVBiasFusedPerGroup(QKVFusedPerGroup):
+    """Qwen2's biases: HF ``q_proj.bias [nh*d]``, ``k_proj.bias [ng*d]``, ``v_proj.bias
+    [ng*d]`` <-> Megatron ``linear_qkv.bias [(nh + 2*ng)*d]`` (``--add-qkv-bias``), fused per
+    query group exactly like the weight's rows (the bias is added to those rows)."""
+
+    def hf_shapes(self, dims: Dims) -> tuple[Shape, ...]:
+        return tuple(s[:1] for s in super().hf_shapes(dims))
+
+    def megatron_shape(self, dims: Dims) -> Shape:
+        return super().megatron_shape(dims)[:1]
 
 
 class GateUpConcat(Transform):

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from megatron_endprompt.compat import GPT_PREPROCESS_ROTARY_INDEX, stock_rope_skipped
 from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
+from megatron_endprompt.model.yarn import YarnScaling
 from megatron_endprompt.runtime import check_megatron_version, installed_layers
 
 __all__ = ["EndPromptGPTModel"]
@@ -56,12 +57,19 @@ class EndPromptGPTModel(GPTModel):
     """``GPTModel`` with RoPE built from ``position_ids [B, S]`` divided by ``pi_factor``.
 
     Args: ``GPTModel``'s, plus keyword ``pi_factor`` (``s``; ``None`` -> Megatron's
-    ``seq_len_interpolation_factor`` or 1). Requires ``position_embedding_type='rope'`` without
-    multi-latent attention.
+    ``seq_len_interpolation_factor`` or 1) and keyword ``yarn`` (YaRN / NTK-by-parts frequencies
+    instead of PI; its attention factor goes into the config's ``yarn_*`` fields, which
+    Megatron's attention reads when it is built, so it multiplies cos/sin as HF does). Requires
+    ``position_embedding_type='rope'`` without multi-latent attention.
     """
 
-    def __init__(self, *args: Any, pi_factor: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pi_factor: float | None = None,
+                 yarn: YarnScaling | None = None, **kwargs: Any) -> None:
         check_megatron_version()
+        if yarn is not None:
+            config = kwargs["config"] if "config" in kwargs else args[0]
+            for name, value in yarn.megatron_config_fields().items():
+                setattr(config, name, value)
         super().__init__(*args, **kwargs)
         if self.position_embedding_type != "rope" or self.config.multi_latent_attention:
             raise ValueError(
@@ -75,7 +83,9 @@ class EndPromptGPTModel(GPTModel):
                 "differing layouts need per-row RoPE: turn it off"
             )
         self.rotary_pos_emb = EndPromptRotaryEmbedding.from_stock(
-            self.rotary_pos_emb, pi_factor=pi_factor
+            self.rotary_pos_emb, pi_factor=pi_factor, yarn=yarn,
+            rotary_base=kwargs.get("rotary_base", 10000),
+            llama3=bool(kwargs.get("rope_scaling", False)),
         )
         if self.config.apply_rope_fusion:
             _require_rope_router()

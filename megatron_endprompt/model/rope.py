@@ -9,7 +9,10 @@ that an EndPrompt sample's positions jump (context ``0..a-1``, terminal ``L-b..L
 
 ``inv_freq`` is Megatron's own (optionally already Llama-3.1-scaled by ``rope_scaling``), so this is
 exactly Hugging Face's Llama RoPE with ``rope_type="linear", factor=pi_factor`` (same operation
-order: the frequencies are divided by the factor, then multiplied by the positions).
+order: the frequencies are divided by the factor, then multiplied by the positions). With
+``yarn`` (:class:`~megatron_endprompt.model.yarn.YarnScaling`) ``inv_freq`` is YaRN's /
+NTK-by-parts' instead, ``s`` is 1 (YaRN's factor replaces it), and :attr:`attention_factor` is the
+factor Megatron's attention applies to cos/sin (see :mod:`~megatron_endprompt.model.yarn`).
 
 Shapes (``D`` = rotary dim, ``kv_channels * rotary_percent``):
 
@@ -35,6 +38,7 @@ import torch
 from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
 from torch import Tensor, nn
 
+from megatron_endprompt.model.yarn import YarnScaling
 from megatron_endprompt.window import resolve_pi_factor
 
 __all__ = ["EndPromptRotaryEmbedding", "freqs_to_emb", "resolve_pi_factor"]
@@ -62,7 +66,9 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
 
     Args (keyword-only): as stock ``RotaryEmbedding``, with ``pi_factor`` in place of
     ``seq_len_interpolation_factor`` (either may be given, see
-    :func:`megatron_endprompt.window.resolve_pi_factor`, the one place ``s`` is resolved).
+    :func:`megatron_endprompt.window.resolve_pi_factor`, the one place ``s`` is resolved), and
+    ``yarn`` (YaRN / NTK-by-parts frequencies; excludes ``s != 1``, ``rope_scaling`` and
+    interleaving).
     """
 
     def __init__(
@@ -78,6 +84,7 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
         rope_scaling_factor: float = 8.0,
         use_cpu_initialization: bool = False,
         cp_group: torch.distributed.ProcessGroup | None = None,
+        yarn: YarnScaling | None = None,
     ) -> None:
         s = resolve_pi_factor(pi_factor, seq_len_interpolation_factor)
         super().__init__(
@@ -91,13 +98,38 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
             use_cpu_initialization=use_cpu_initialization,
             cp_group=cp_group,
         )
+        self.yarn = None
+        if yarn is not None:
+            self._use_yarn(yarn, rotary_base=rotary_base, llama3=rope_scaling)
+
+    def _use_yarn(self, yarn: YarnScaling, *, rotary_base: float, llama3: bool) -> None:
+        """Replace ``inv_freq`` by YaRN's (same rotary dim, device); refuses what YaRN excludes."""
+        if self.pi_factor != 1.0:
+            raise ValueError(f"YaRN RoPE replaces position interpolation: its factor "
+                             f"{yarn.factor:g} is the extension, so pi_factor must be 1 (got "
+                             f"{self.pi_factor:g})")
+        if llama3:
+            raise ValueError("YaRN RoPE cannot be combined with Llama-3.1 rope_scaling")
+        if self.rotary_interleaved:
+            raise ValueError("YaRN RoPE is defined for rotate-half (non-interleaved) RoPE")
+        dim = 2 * self.inv_freq.numel()
+        self.inv_freq = yarn.inv_freq(dim, rotary_base, device=self.inv_freq.device)
+        self.yarn = yarn
+
+    @property
+    def attention_factor(self) -> float:
+        """The factor on cos and sin (YaRN's temperature; 1 without YaRN)."""
+        return 1.0 if self.yarn is None else self.yarn.attention_factor()
 
     @classmethod
     def from_stock(
-        cls, stock: RotaryEmbedding, *, pi_factor: float | None = None
+        cls, stock: RotaryEmbedding, *, pi_factor: float | None = None,
+        yarn: YarnScaling | None = None, rotary_base: float = 10000, llama3: bool = False,
     ) -> EndPromptRotaryEmbedding:
         """Take over a built stock ``RotaryEmbedding`` (same ``inv_freq`` — Llama-3.1 scaling
-        included —, interleaving, CP group), adding the PI factor. No parameters are involved."""
+        included —, interleaving, CP group), adding the PI factor, or YaRN's frequencies for
+        ``yarn`` (then ``rotary_base`` and whether stock used Llama-3.1 scaling, ``llama3``, are
+        needed: stock keeps neither). No parameters are involved."""
         if type(stock) is not RotaryEmbedding and not isinstance(stock, cls):
             raise TypeError(f"expected Megatron's RotaryEmbedding, got {type(stock).__name__}")
         new = cls.__new__(cls)
@@ -107,6 +139,9 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
                 setattr(new, name, value)
         s = resolve_pi_factor(pi_factor, stock.seq_len_interpolation_factor)
         new.seq_len_interpolation_factor = None if s == 1.0 else s
+        new.yarn = None
+        if yarn is not None:
+            new._use_yarn(yarn, rotary_base=rotary_base, llama3=llama3)
         new.train(stock.training)
         return new
 

@@ -63,6 +63,8 @@ def _model_namespace(model: ModelSpec) -> argparse.Namespace:
         flags += ["--group-query-attention", "--num-query-groups", str(model.num_query_groups)]
     if not model.tied:
         flags.append("--untie-embeddings-and-output-weights")
+    flags += (["--add-qkv-bias"] if model.qkv_bias else []) + \
+        (["--qk-layernorm"] if model.qk_norm else [])
     return _parser().parse_args(flags)
 
 

@@ -149,10 +149,12 @@ class MethodPlan:
 
 
 def total_params(model: ModelSpec) -> float:
-    """All parameters of ``model`` (Megatron's count on a single unsharded rank)."""
+    """All parameters of ``model``: Megatron's count on a single unsharded rank plus the q/k/v
+    biases or per-head q/k norms it leaves out (Qwen2.5-7B: 129,024; Qwen3-8B: 9,216)."""
     ns = megatron_namespace(model, seq_length=model.original_window, micro_batch=1, tp=1, pp=1,
                             cp=1, dp=1)
-    return MegatronAccounting(ns).params_on_most_loaded_shard()
+    return (MegatronAccounting(ns).params_on_most_loaded_shard()
+            + model.num_layers * model.attention_extra_params_per_layer)
 
 
 def candidate_layouts(s: PlanSettings, seq: int) -> list[Layout]:

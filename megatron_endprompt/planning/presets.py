@@ -36,20 +36,27 @@ class ModelSpec(ModelShape):
 
 
 def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, groups: int, vocab: int,
-           window: int, tied: bool = False) -> ModelSpec:
+           window: int, tied: bool = False, head_dim: int | None = None,
+           qkv_bias: bool = False, qk_norm: bool = False) -> ModelSpec:
     return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn,
                      num_attention_heads=heads, num_query_groups=groups,
-                     head_dim=hidden // heads, vocab_size=vocab, tied=tied,
-                     original_window=window)
+                     head_dim=head_dim or hidden // heads, vocab_size=vocab, tied=tied,
+                     original_window=window, qkv_bias=qkv_bias, qk_norm=qk_norm)
 
 
 #: HF ``config.json`` shapes: meta-llama/Meta-Llama-3-8B, -70B, Llama-2-7b-hf,
-#: mistralai/Mistral-7B-v0.1 (trained by Megatron with full causal attention).
+#: mistralai/Mistral-7B-v0.1 (trained by Megatron with full causal attention), Qwen/Qwen2.5-7B
+#: (QKV bias; 7.61B parameters) and Qwen/Qwen3-8B-Base (QK-norm, head_dim 128; 8.2B). The Qwen
+#: windows are the native context their model cards state, 32,768 for both (their
+#: ``max_position_embeddings`` say 131072 and 40960: the YaRN-extended / generation budget).
 MODEL_PRESETS: dict[str, ModelSpec] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192),
     "llama2-7b": _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096),
     "mistral-7b": _llama("mistral-7b", 32, 4096, 14336, 32, 8, 32000, 8192),
+    "qwen2.5-7b": _llama("qwen2.5-7b", 28, 3584, 18944, 28, 4, 152064, 32768, qkv_bias=True),
+    "qwen3-8b": _llama("qwen3-8b", 36, 4096, 12288, 32, 8, 151936, 32768, head_dim=128,
+                       qk_norm=True),
 }
 
 
@@ -113,6 +120,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
             num_query_groups=raw.get("num_key_value_heads") or heads,
             head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
             vocab_size=raw["vocab_size"], tied=bool(raw.get("tie_word_embeddings", False)),
-            original_window=int(window))
+            original_window=int(window), qkv_bias=raw.get("model_type") == "qwen2",
+            qk_norm=raw.get("model_type") == "qwen3")
     except ValueError as exc:
         raise UserError(f"--hf-config {path}: {exc}") from None

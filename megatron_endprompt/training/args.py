@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.model.yarn import ROPE_SCALINGS, YarnScaling, yarn_from_megatron_args
 from megatron_endprompt.training.long_eval import add_long_eval_args
 from megatron_endprompt.window import EndPromptWindow
 
@@ -29,6 +30,12 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                    "max_position_embeddings, else --max-position-embeddings)")
     g.add_argument("--endprompt-pi-factor", type=float, default=None,
                    help="s: RoPE positions are divided by s (default: ceil(L / L0))")
+    g.add_argument("--endprompt-rope-scaling", choices=ROPE_SCALINGS, default="linear",
+                   help="how RoPE reaches L: 'linear' divides positions by s (PI, default); "
+                   "'yarn' uses YaRN frequencies with factor s over L0 and its attention factor "
+                   "0.1 ln(s) + 1; 'ntk-by-parts' the same frequencies without it. Megatron's "
+                   "--yarn-beta-fast/--yarn-beta-slow/--[no-]yarn-correction-range-round-to-int "
+                   "set YaRN's ramp (defaults 32, 1, rounded)")
     g.add_argument("--endprompt-terminal-loss-weight", type=float, default=None,
                    help="override the sidecars' terminal weight w (> 0)")
     g.add_argument("--endprompt-context-loss-weight", type=float, default=None,
@@ -55,7 +62,35 @@ def resolve_endprompt_args(args: argparse.Namespace,
     window = EndPromptWindow.from_megatron_args(args, checkpoint_args=checkpoint_args)
     args.endprompt_original_length = window.original_length
     args.endprompt_pi_factor = window.pi_factor
+    rope_scaling_from_args(args)  # YaRN's own checks, at start-up
     return window
+
+
+def rope_scaling_from_args(args: argparse.Namespace) -> YarnScaling | None:
+    """The run's YaRN / NTK-by-parts scaling (``None`` for linear PI), from the resolved window
+    (factor ``s``, ``L0``). Raises :class:`UserError` naming the flag that conflicts."""
+    kind = getattr(args, "endprompt_rope_scaling", None) or "linear"
+    if kind == "linear":
+        return None
+    if getattr(args, "use_rope_scaling", False):
+        raise UserError(f"--endprompt-rope-scaling {kind} replaces Llama-3.1 frequency scaling: "
+                        "drop --use-rope-scaling")
+    if getattr(args, "rotary_interleaved", False):
+        raise UserError(f"--endprompt-rope-scaling {kind} needs rotate-half RoPE: drop "
+                        "--rotary-interleaved")
+    try:
+        return yarn_from_megatron_args(args)
+    except ValueError as exc:
+        raise UserError(f"--endprompt-rope-scaling {kind}: {exc}") from None
+
+
+def model_rope_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``EndPromptGPTModel``'s RoPE keywords: ``pi_factor = s`` for linear PI; for YaRN
+    ``pi_factor = 1`` and ``yarn`` (whose factor is ``s``: positions are not divided)."""
+    yarn = rope_scaling_from_args(args)
+    if yarn is None:
+        return {"pi_factor": args.endprompt_pi_factor}
+    return {"pi_factor": 1.0, "yarn": yarn}
 
 
 def _checkpoint_dir(root: str | None, step: int | None = None) -> str | None:

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"EndPrompt: {window.banner()}; {len(layouts)} EndPrompt prefix(es)", flush=True)
+        print(f"EndPrompt: {window.banner()} RoPE={args.endprompt_rope_scaling}; "
+              f"{len(layouts)} EndPrompt prefix(es)", flush=True)
     if not args.calculate_per_token_loss:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")

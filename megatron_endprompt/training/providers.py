@@ -11,7 +11,9 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
                    vp_stage: int | None = None, config: Any = None, pg_collection: Any = None):
     """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec), with
     Megatron's multi-token-prediction block under ``--mtp-num-layers`` (on the last stage).
-    The PI factor is the resolved window's ``s`` (``args.endprompt_pi_factor``), passed once."""
+    The PI factor is the resolved window's ``s`` (``args.endprompt_pi_factor``), passed once;
+    under ``--endprompt-rope-scaling yarn|ntk-by-parts`` ``s`` is YaRN's factor instead
+    (:func:`~megatron_endprompt.training.args.model_rope_kwargs`)."""
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
@@ -21,6 +23,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     from megatron.training.arguments import core_transformer_config_from_args
 
     from megatron_endprompt.model import EndPromptGPTModel
+    from megatron_endprompt.training.args import model_rope_kwargs
 
     args = get_args()
     if config is None:
@@ -55,7 +58,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
         mtp_block_spec=mtp_spec,
         vp_stage=vp_stage,
         pg_collection=pg_collection,
-        pi_factor=args.endprompt_pi_factor,
+        **model_rope_kwargs(args),
     )
 
 

@@ -28,9 +28,10 @@ def converted(tiny_hf, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def megatron_forward():
-    """``megatron_forward(ckpt_path, input_ids, position_ids, pi_factor, labels=None)`` ->
+    """``megatron_forward(ckpt_path, input_ids, position_ids, pi_factor, labels=None, **kw)`` ->
     ``SimpleNamespace(logits [B, S, Vp], losses [B, S] | None, args)``: the checkpoint loaded
-    into ``EndPromptGPTModel`` (TP=PP=1, local spec, CPU) in this process."""
+    into ``EndPromptGPTModel`` (TP=PP=1, local spec, CPU; ``kw`` such as ``yarn`` go to it) in
+    this process."""
     from megatron_endprompt.conversion.megatron_ckpt import (
         build_gpt_model,
         find_checkpoint,
@@ -40,11 +41,12 @@ def megatron_forward():
     )
     from megatron_endprompt.model import EndPromptGPTModel
 
-    def run(path, input_ids, position_ids, pi_factor, labels=None):
+    def run(path, input_ids, position_ids, pi_factor, labels=None, **model_kwargs):
         ckpt = find_checkpoint(path)
         with single_process_group(), cpu_forward_patches():
             args = load_common_state(ckpt)["args"]
-            model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=pi_factor).eval()
+            model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=pi_factor,
+                                    **model_kwargs).eval()
             load_model_weights(model, ckpt)
             S = input_ids.shape[1]
             mask = torch.triu(torch.ones(1, 1, S, S, dtype=torch.bool), diagonal=1)
