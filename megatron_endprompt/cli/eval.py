@@ -65,6 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("native", "lm-eval"), default="native",
                    help="native (offline, default) or lm-eval (lm-evaluation-harness's full "
                         "13-task RULER; needs the lm-eval extra and internet)")
+    p.add_argument("--qa-dir", default=None,
+                   help="RULER's squad.json and hotpotqa.json folder for --tasks qa_1,qa_2 "
+                        "(ruler13 = the 11 synthetic tasks + qa_1, qa_2)")
+    p.add_argument("--longbench-dir", default=None,
+                   help="LongBench's data/ folder ({task}.jsonl): runs its English tasks at "
+                        "the largest --lengths (use --tasks none for LongBench alone)")
+    p.add_argument("--short-text-dir", default=None,
+                   help="folder of mmlu_test/gsm8k_test/hellaswag_validation/humaneval .jsonl "
+                        "(+ mmlu_dev, gsm8k_train for few-shot): short-text retention")
+    p.add_argument("--bench-limit", type=int, default=0,
+                   help="at most N items per LongBench task / short-text benchmark (0 = all)")
     p.add_argument("--save-prompts", default=None,
                    help="JSONL: one line per prompt (task, length, prompt, answer, output, "
                         "score)")
@@ -134,7 +145,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         ppl_key=args.ppl_key, ppl_stride=args.ppl_stride, ppl_doc_tokens=args.ppl_doc_tokens,
         ppl_max_windows=args.ppl_max_windows, ppl_protocol=args.ppl_protocol,
         attn_implementation=args.attn_implementation, save_prompts=args.save_prompts,
-        progress=not args.no_progress)
+        progress=not args.no_progress, qa_dir=args.qa_dir, longbench_dir=args.longbench_dir,
+        short_text_dir=args.short_text_dir, bench_limit=args.bench_limit)
 
 
 def main(argv: list[str] | None = None) -> int:
