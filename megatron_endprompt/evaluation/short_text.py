@@ -116,6 +116,9 @@ def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, lengt
     except ImportError:
         raise UserError("--short-text-dir needs lm-evaluation-harness: pip install "
                         "'lm-eval[hf]'") from None
+    if "gsm8k" in benches and length <= 256:
+        raise UserError(f"--lengths {length}: GSM8K generates up to 256 tokens (lm-eval's "
+                        "max_gen_toks) after its few-shot prompt; use a length of 1024 or more")
     with tempfile.TemporaryDirectory(prefix="endprompt_tasks_") as inc:
         shots = {}
         for b in benches:
