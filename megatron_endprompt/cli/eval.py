@@ -24,8 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default="ruler",
                    help="comma list of: ruler (all 11 synthetic RULER tasks), ruler_niah, "
                         "niah_single_1..3, niah_multikey_1..3, niah_multivalue, "
-                        "niah_multiquery, vt, cwe, fwe, passkey, ppl; legacy / legacy_* = "
-                        "the old pre-RULER prompts (default: ruler)")
+                        "niah_multiquery, vt, cwe, fwe, qa_1, qa_2 (need --qa-dir), ruler13 "
+                        "(all 13), passkey, ppl; legacy / legacy_* = the old pre-RULER "
+                        "prompts; none (only --longbench-dir / --short-text-dir) "
+                        "(default: ruler)")
     p.add_argument("--lengths", required=True,
                    help="comma list of lengths in tokens (prompt + generated tokens), e.g. "
                         "4096,8192 or 4k,8k")
