@@ -27,7 +27,7 @@ setup(
         "psutil>=5.9",
         "wonderwords>=3.0",  # RULER's word lists (NIAH keys, common words)
     ],
-    package_data={"megatron_endprompt.evaluation": ["assets/*.txt.gz"]},
+    package_data={"megatron_endprompt.evaluation": ["assets/*.txt.gz", "assets/*.json"]},
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],
         # Transformer Engine comes from NVIDIA's wheels or the NGC container; apex is built

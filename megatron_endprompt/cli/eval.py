@@ -24,10 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default="ruler",
                    help="comma list of: ruler (all 11 synthetic RULER tasks), ruler_niah, "
                         "niah_single_1..3, niah_multikey_1..3, niah_multivalue, "
-                        "niah_multiquery, vt, cwe, fwe, passkey, ppl; legacy / legacy_* = "
-                        "the old pre-RULER prompts (default: ruler). With --backend lm-eval: "
-                        "any lm-eval task, group or tag (e.g. niah_single_1,mmlu), or a local "
-                        "task under --lm-eval-include")
+                        "niah_multiquery, vt, cwe, fwe, qa_1, qa_2 (need --qa-dir), ruler13 "
+                        "(all 13), passkey, ppl; legacy / legacy_* = the old pre-RULER "
+                        "prompts; none (only --longbench-dir / --short-text-dir) "
+                        "(default: ruler). With --backend lm-eval: any lm-eval task, group or "
+                        "tag (e.g. niah_single_1,mmlu), or a local task under --lm-eval-include")
     p.add_argument("--lengths", required=True,
                    help="comma list of lengths in tokens (prompt + generated tokens), e.g. "
                         "4096,8192 or 4k,8k")
@@ -73,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lm-eval-include", action="append", default=[], metavar="PATH",
                    help="--backend lm-eval: a directory of local lm-eval task YAMLs (or one "
                         "YAML), passed to lm-eval's TaskManager(include_path=...); repeatable")
+    p.add_argument("--qa-dir", default=None,
+                   help="RULER's squad.json and hotpotqa.json folder for --tasks qa_1,qa_2 "
+                        "(ruler13 = the 11 synthetic tasks + qa_1, qa_2)")
+    p.add_argument("--longbench-dir", default=None,
+                   help="LongBench's data/ folder ({task}.jsonl): runs its English tasks at "
+                        "the largest --lengths (use --tasks none for LongBench alone)")
+    p.add_argument("--short-text-dir", default=None,
+                   help="folder of mmlu_test/gsm8k_test/hellaswag_validation/humaneval .jsonl "
+                        "(+ mmlu_dev, gsm8k_train for few-shot): short-text retention")
+    p.add_argument("--bench-limit", type=int, default=0,
+                   help="at most N items per LongBench task / short-text benchmark (0 = all)")
     p.add_argument("--save-prompts", default=None,
                    help="JSONL: one line per prompt (task, length, prompt, answer, output, "
                         "score)")
@@ -155,7 +167,9 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         ppl_max_windows=args.ppl_max_windows, ppl_protocol=args.ppl_protocol,
         attn_implementation=args.attn_implementation, save_prompts=args.save_prompts,
         progress=not args.no_progress, backend=args.backend,
-        lm_eval_include=list(args.lm_eval_include))
+        lm_eval_include=list(args.lm_eval_include), qa_dir=args.qa_dir,
+        longbench_dir=args.longbench_dir, short_text_dir=args.short_text_dir,
+        bench_limit=args.bench_limit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,4 +7,8 @@ loads and runs the model; ``scoring`` and ``report`` score and write; ``suite`` 
 pipeline (``EvalConfig`` + ``run_eval``); ``lm_eval_backend`` runs any lm-evaluation-harness
 task and ``lm_eval_results`` reads its metrics. ``tasks`` holds the pre-RULER prompts
 (``legacy_*`` tasks).
+``ruler_qa`` is RULER's qa_1/qa_2 from local files; ``longbench_spec``/``longbench_metrics``/
+``longbench`` run LongBench; ``short_text`` (lm-eval on local files) and ``humaneval`` the
+short-text retention suite; ``bench_stage`` runs them inside ``run_eval``; ``paper_report``
+lays the results out as the EndPrompt paper's tables.
 """

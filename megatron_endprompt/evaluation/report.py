@@ -14,6 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from megatron_endprompt.evaluation.lm_eval_results import metrics_markdown
+from megatron_endprompt.evaluation.paper_report import (
+    RULER_13,
+    paper_tables,
+    ruler_paper_average,
+)
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 from megatron_endprompt.evaluation.results_io import (
     finite_or_null,
@@ -59,7 +64,7 @@ def summarize(records: Sequence[dict[str, Any]], haystack: Any,
     for task in dict.fromkeys(r["task"] for r in records):
         recs = [r for r in records if r["task"] == task]
         lengths = list(dict.fromkeys(r["length"] for r in recs))
-        is_ruler = task in SYNTHETIC_TASKS
+        is_ruler = task in RULER_13
         essay = task in ESSAY_TASKS
         entry: dict[str, Any] = {
             "ruler": is_ruler,
@@ -94,8 +99,10 @@ def summarize(records: Sequence[dict[str, Any]], haystack: Any,
             "substitute_haystack_tasks": [t for t in ruler_tasks if not tasks[t]["exact_ruler"]],
             "average": avg,
             "average_over_lengths": round(sum(have) / len(have), 2) if have else None,
-            "note": "average of RULER task scores (string_match_all x 100) over the tasks run; "
-                    "comparable to published RULER tables only over the same tasks",
+            "note": "average of RULER task scores (string_match_all / string_match_part x 100) "
+                    "over the tasks run; comparable to published RULER tables only over the "
+                    "same tasks",
+            "paper_average": ruler_paper_average({t: tasks[t] for t in ruler_tasks}),
         }
     return out
 
@@ -141,7 +148,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         note += (f" Essay haystack: {h['source']}"
                  + (" (substitute for RULER's Paul Graham essays)." if h["substitute"] else "."))
     metrics = metrics_markdown(results)
-    return "\n".join(rows) + "\n" + (f"\n{metrics}" if metrics else "") + note + "\n"
+    return ("\n".join(rows) + "\n" + (f"\n{metrics}" if metrics else "") + note + "\n"
+            + paper_tables(results))
 
 
 def _pyplot() -> Any:

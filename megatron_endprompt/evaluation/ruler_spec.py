@@ -97,7 +97,7 @@ def _niah(name: str, hay: str, k: str, v: str, nk: int, nv: int, nq: int) -> Rul
         "num_needle_k": nk, "num_needle_v": nv, "num_needle_q": nq})
 
 
-# RULER scripts/synthetic.yaml (qa_1 / qa_2 need SQuAD / HotpotQA downloads: not here).
+# RULER scripts/synthetic.yaml (qa_1 / qa_2 read local SQuAD / HotpotQA files: ``ruler_qa``).
 RULER_TASKS: dict[str, RulerTask] = {t.name: t for t in (
     _niah("niah_single_1", "noise", "words", "numbers", 1, 1, 1),
     _niah("niah_single_2", "essay", "words", "numbers", 1, 1, 1),

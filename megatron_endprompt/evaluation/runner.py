@@ -12,7 +12,8 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.prompt import PromptSample
 from megatron_endprompt.evaluation.scoring import score
 
-__all__ = ["load_model", "load_tokenizer", "greedy_generate", "run_generation"]
+__all__ = ["load_model", "load_tokenizer", "greedy_generate", "run_generation", "pad_id",
+           "model_eos_ids"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -51,9 +52,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                    pad_id: int, eos_ids: Sequence[int] = ()) -> list[list[int]]:
+                    pad_id: int, eos_ids: Sequence[int] = (),
+                    min_new_tokens: int = 0) -> list[list[int]]:
     """Greedy continuations of a batch of prompts (token ids), left-padded with an attention
-    mask. Each continuation is cut at its first EOS (excluded)."""
+    mask. Each continuation is cut at its first EOS (excluded); ``min_new_tokens`` suppresses
+    EOS before that many tokens (LongBench's samsum)."""
     import torch
     from transformers import GenerationConfig
 
@@ -65,7 +68,7 @@ def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tok
         ids[i, width - len(p):] = torch.as_tensor(np.asarray(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     eos = list(eos_ids)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=False,
+    config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, do_sample=False,
                               num_beams=1, pad_token_id=pad_id,
                               eos_token_id=eos or None)
     with torch.inference_mode():
@@ -78,7 +81,8 @@ def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tok
     return result
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+def model_eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every EOS id of the model's generation config, config and tokenizer."""
     ids: set[int] = set()
     for src in (getattr(model, "generation_config", None), model.config):
         e = getattr(src, "eos_token_id", None) if src is not None else None
@@ -88,7 +92,8 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def _pad_id(tokenizer: Any) -> int:
+def pad_id(tokenizer: Any) -> int:
+    """The pad id for left padding (pad, else EOS, else 0)."""
     for t in (tokenizer.pad_token_id, tokenizer.eos_token_id):
         if t is not None:
             return int(t)
@@ -105,7 +110,7 @@ def run_generation(model: Any, tokenizer: Any, samples: Sequence[PromptSample], 
     tokens and scored on RULER's post-processed text. ``progress`` (tqdm or ``None``) advances
     by one per sample.
     """
-    pad, eos = _pad_id(tokenizer), _eos_ids(model, tokenizer)
+    pad, eos = pad_id(tokenizer), model_eos_ids(model, tokenizer)
     groups: dict[tuple[str, int], list[int]] = {}
     for i, s in enumerate(samples):
         groups.setdefault((s.task, s.length), []).append(i)

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation import bench_stage
 from megatron_endprompt.evaluation.results_io import check_weights_readable, check_writable
+from megatron_endprompt.evaluation.ruler_qa import QA_TASKS
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
@@ -32,8 +34,11 @@ TASK_GROUPS: dict[str, tuple[str, ...]] = {
     "ruler": SYNTHETIC_TASKS,
     "ruler_niah": tuple(t for t in SYNTHETIC_TASKS if t.startswith("niah_")),
     "legacy": LEGACY_TASKS,
+    "ruler13": (*SYNTHETIC_TASKS, *QA_TASKS),
+    "none": (),
 }
-TASK_NAMES: tuple[str, ...] = (*TASK_GROUPS, *SYNTHETIC_TASKS, "passkey", "ppl", *LEGACY_TASKS)
+TASK_NAMES: tuple[str, ...] = (*TASK_GROUPS, *SYNTHETIC_TASKS, *QA_TASKS, "passkey", "ppl",
+                               *LEGACY_TASKS)
 
 
 @dataclass(kw_only=True)
@@ -78,6 +83,14 @@ class EvalConfig:
     """``native`` (our offline tasks) or ``lm-eval`` (lm-evaluation-harness's tasks)."""
     lm_eval_include: list[str] = field(default_factory=list)
     """Directories or YAML files of local lm-eval tasks (``TaskManager(include_path=...)``)."""
+    qa_dir: str | None = None
+    """RULER's ``squad.json`` / ``hotpotqa.json`` folder for ``qa_1`` / ``qa_2``."""
+    longbench_dir: str | None = None
+    """LongBench's ``data/`` folder (``{task}.jsonl``): runs LongBench at the largest length."""
+    short_text_dir: str | None = None
+    """MMLU / GSM8K / HellaSwag / HumanEval JSONL folder (``short_text``): runs them."""
+    bench_limit: int = 0
+    """At most N items per LongBench task / short-text benchmark (0 = all)."""
 
     def validate(self) -> None:
         """Raise ``UserError`` naming the flag for every inconsistent choice (before anything
@@ -88,7 +101,8 @@ class EvalConfig:
                                  ("--batch-size", self.batch_size, 1),
                                  ("--ppl-stride", self.ppl_stride, 1),
                                  ("--ppl-doc-tokens", self.ppl_doc_tokens, 0),
-                                 ("--ppl-max-windows", self.ppl_max_windows, 0)):
+                                 ("--ppl-max-windows", self.ppl_max_windows, 0),
+                                 ("--bench-limit", self.bench_limit, 0)):
             if value < low:
                 raise UserError(f"{name} must be >= {low} (got {value})")
         if self.ppl_protocol not in ("document", "legacy-stream"):
@@ -102,6 +116,15 @@ class EvalConfig:
             raise UserError(f"--hf-dir {self.hf_dir}: no config.json; give an HF model "
                             "directory (e.g. the converter's output)")
         check_weights_readable(self.hf_dir)
+        if any(t in QA_TASKS for t in self.tasks) and not self.qa_dir:
+            raise UserError("--tasks qa_1/qa_2 need --qa-dir DIR (RULER's squad.json and "
+                            "hotpotqa.json)")
+        for flag, path in (("--qa-dir", self.qa_dir), ("--longbench-dir", self.longbench_dir),
+                           ("--short-text-dir", self.short_text_dir)):
+            if path is not None and not os.path.isdir(path):
+                raise UserError(f"{flag} {path}: no such directory")
+        if not self.tasks and not (self.longbench_dir or self.short_text_dir):
+            raise UserError("--tasks none: give --longbench-dir or --short-text-dir, or tasks")
         if "ppl" in self.tasks and not self.ppl_data:
             raise UserError("--tasks ppl needs --ppl-data FILE (PG19-style .jsonl or .txt)")
         if self.output.endswith((".md", ".png")):
@@ -132,7 +155,7 @@ def resolve_tasks(text: str) -> list[str]:
             raise UserError(f"--tasks: unknown task {item!r}; choose from "
                             f"{', '.join(TASK_NAMES)}")
         out.extend(TASK_GROUPS.get(item, (item,)))
-    if not out:
+    if not out and "none" not in text.split(","):
         raise UserError("--tasks: give at least one task")
     return list(dict.fromkeys(out))
 
@@ -162,6 +185,11 @@ def _prompts(task: str, length: int, cfg: EvalConfig, text_tokens: Any, legacy: 
     from megatron_endprompt.evaluation import passkey, ruler
 
     try:
+        if task in QA_TASKS:
+            from megatron_endprompt.evaluation.ruler_qa import make_qa_samples
+
+            return make_qa_samples(task, text_tokens, qa_dir=cfg.qa_dir or "", length=length,
+                                   samples=cfg.samples, seed=cfg.seed)
         if task in SYNTHETIC_TASKS:
             return ruler.make_ruler_samples(task, text_tokens, lengths=[length],
                                             samples=cfg.samples, seed=cfg.seed,
@@ -256,6 +284,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                             f"tokens, fewer than the shortest length ({min(cfg.lengths)}); "
                             "give longer documents")
     _check_lengths(cfg, gen_tasks, text_tokens, haystack)
+    bench_stage.check_files(cfg, gen_tasks)
     mpe = meta["max_position_embeddings"]
     long = [n for n in cfg.lengths if mpe and n > mpe]
     if long:
@@ -313,6 +342,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                     report.write_tables(results, cfg.output)
             if docs is not None:
                 _run_ppl(cfg, model, tokenizer, texts or [], docs, results, bar, start)
+            bench_stage.run(cfg, model, tokenizer, results, bar, start)
     finally:
         if prompts_file is not None:
             prompts_file.close()

@@ -133,7 +133,7 @@ def test_results_written_as_each_task_finishes(tiny_model_dir, tmp_path, monkeyp
 
 @pytest.mark.parametrize("extra, needle", [
     (["--tasks", "niah_single_1,bogus"], "unknown task 'bogus'"),
-    (["--tasks", "qa_1"], "unknown task 'qa_1'"),
+    (["--tasks", "qa_1"], "--tasks qa_1/qa_2 need --qa-dir DIR"),  # RULER QA: local files
     (["--lengths", "100"], "--lengths 100: niah_single_1: length 100 is too short"),
     (["--lengths", "12x"], "--lengths"),
     (["--depths", "0,1.5"], "outside [0, 1]"),

@@ -1,0 +1,52 @@
+"""The benchmark stage of an evaluation run (after RULER / passkey / perplexity): LongBench
+and short-text retention on the model already loaded, at the run's largest length, each
+written into the results (and the reports rewritten) as it finishes; plus the file checks that
+run before the model loads. ``cfg`` is a ``suite.EvalConfig``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from megatron_endprompt.evaluation.ruler_qa import QA_TASKS
+
+__all__ = ["check_files", "run"]
+
+
+def check_files(cfg: Any, gen_tasks: list[str]) -> None:
+    """RULER QA, LongBench and short-text files are readable (before the model loads)."""
+    from megatron_endprompt.evaluation.longbench import available_tasks, load_task
+    from megatron_endprompt.evaluation.ruler_qa import load_qa
+
+    for task in gen_tasks:
+        if task in QA_TASKS:
+            load_qa(cfg.qa_dir or "", task)
+    if cfg.longbench_dir:
+        for task in available_tasks(cfg.longbench_dir):
+            load_task(cfg.longbench_dir, task, cfg.bench_limit)
+
+
+
+def run(cfg: Any, model: Any, tokenizer: Any, results: dict[str, Any],
+                    bar: Any, start: float) -> None:
+    """LongBench and short-text retention at the largest length, into ``results``."""
+    from megatron_endprompt.evaluation import report
+
+    length = max(cfg.lengths)
+    if cfg.longbench_dir:
+        from megatron_endprompt.evaluation.longbench import run_longbench
+
+        results["longbench"] = run_longbench(model, tokenizer, cfg.longbench_dir,
+                                             length=length, limit=cfg.bench_limit,
+                                             batch_size=cfg.batch_size, progress=bar)
+        results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+        report.write_tables(results, cfg.output)
+    if cfg.short_text_dir:
+        from megatron_endprompt.evaluation.short_text import run_short_text
+
+        results["short_text"] = run_short_text(model, tokenizer, cfg.short_text_dir,
+                                               length=length, batch_size=cfg.batch_size,
+                                               limit=cfg.bench_limit, seed=cfg.seed,
+                                               progress=bar)
+        results["meta"]["elapsed_s"] = round(time.time() - start, 2)
+        report.write_tables(results, cfg.output)

@@ -1,0 +1,133 @@
+"""HumanEval pass@1 (greedy) with completions executed in a sandboxed subprocess.
+
+Protocol as lm-eval 0.4.13's ``humaneval`` task (``lm_eval/tasks/humaneval/humaneval.yaml``):
+prompt = the item's ``prompt``; greedy, at most 1024 new tokens (fewer when the context is
+shorter), cut at the first of ``"\\nclass"``, ``"\\ndef"``, ``"\\n#"``, ``"\\nif"``,
+``"\\nprint"``; program = ``prompt + completion`` then ``test`` then ``check(entry_point)``
+(the HumanEval/``code_eval`` check). lm-eval scores it with HF ``evaluate``'s ``code_eval``,
+which is a hub download; we execute the programs ourselves. Input: a JSONL file in HumanEval's
+format (``task_id``, ``prompt``, ``canonical_solution``, ``test``, ``entry_point``).
+
+The sandbox (:func:`run_program`) is a separate ``python -I`` process (isolated mode: no user
+site-packages, no ``PYTHON*`` environment variables, script directory not on ``sys.path``)
+started with an empty environment in a fresh empty temporary directory (its cwd, deleted
+afterwards), stdin closed, killed after ``timeout`` seconds (wall clock), and limited by
+``resource.setrlimit`` to ``timeout`` + 1 CPU seconds, 2 GiB of address space, 16 MiB files
+written and no core dumps. It is NOT a security boundary: the process runs as the same user,
+can read any file that user can, and has whatever network access the machine has (nothing
+blocks sockets); only run model output you would run yourself, on a machine without secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from megatron_endprompt.errors import UserError
+
+__all__ = ["STOP", "load_problems", "truncate_completion", "program", "run_program",
+           "run_humaneval"]
+
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+MAX_GEN_TOKS = 1024
+_FIELDS = ("task_id", "prompt", "test", "entry_point")
+_MEMORY = 2 << 30
+_FILE = 16 << 20
+
+
+def load_problems(path: str, limit: int = 0) -> list[dict[str, Any]]:
+    """HumanEval problems of a JSONL file (the first ``limit`` when > 0)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"--short-text-dir: {path} line {n} is not JSON "
+                                f"({exc.msg})") from None
+            missing = [k for k in _FIELDS if k not in item]
+            if missing:
+                raise UserError(f"--short-text-dir: {path} line {n} lacks HumanEval field(s) "
+                                f"{', '.join(missing)}")
+            out.append(item)
+            if limit and len(out) == limit:
+                break
+    if not out:
+        raise UserError(f"--short-text-dir: {path} has no problem")
+    return out
+
+
+def truncate_completion(text: str) -> str:
+    """``text`` up to the first stop sequence (lm-eval's ``until``)."""
+    cut = min((i for i in (text.find(s) for s in STOP) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+def program(problem: dict[str, Any], completion: str) -> str:
+    """The program a completion is judged by: prompt + completion, the tests, the check."""
+    return (problem["prompt"] + completion + "\n\n" + problem["test"] + "\n\n"
+            + f"check({problem['entry_point']})\n")
+
+
+def _limits(cpu_seconds: int) -> None:  # runs in the child before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+    resource.setrlimit(resource.RLIMIT_AS, (_MEMORY, _MEMORY))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE, _FILE))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def run_program(source: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """Run ``source`` in the sandbox (module docstring); ``{"passed": exit status 0,
+    "result": "passed" | "timed out" | "failed: <last stderr line>"}``."""
+    with tempfile.TemporaryDirectory(prefix="humaneval_") as cwd:
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", source], cwd=cwd, env={},
+                                  stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout,
+                                  preexec_fn=lambda: _limits(int(timeout) + 1))
+        except subprocess.TimeoutExpired:
+            return {"passed": False, "result": "timed out"}
+    if done.returncode == 0:
+        return {"passed": True, "result": "passed"}
+    err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return {"passed": False, "result": "failed: " + (err[-1] if err else
+                                                     f"exit {done.returncode}")}
+
+
+def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: int = 0,
+                  timeout: float = 10.0, progress: Any = None) -> dict[str, Any]:
+    """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``."""
+    from megatron_endprompt.evaluation.runner import greedy_generate, model_eos_ids, pad_id
+
+    problems = load_problems(path, limit)
+    pad, eos = pad_id(tokenizer), model_eos_ids(model, tokenizer)
+    if progress is not None:
+        progress.total = (progress.total or 0) + len(problems)
+        progress.set_description("humaneval")
+    recs = []
+    for p in problems:
+        ids = tokenizer(p["prompt"], add_special_tokens=True, verbose=False)["input_ids"]
+        budget = min(MAX_GEN_TOKS, length - len(ids))
+        if budget < 1:
+            raise UserError(f"--lengths {length}: HumanEval {p['task_id']} has a "
+                            f"{len(ids)}-token prompt; use a longer length")
+        out = greedy_generate(model, [ids], max_new_tokens=budget, pad_id=pad, eos_ids=eos)[0]
+        completion = truncate_completion(tokenizer.decode(out, skip_special_tokens=True))
+        res = run_program(program(p, completion), timeout=timeout)
+        recs.append({"task_id": p["task_id"], "completion": completion, **res})
+        if progress is not None:
+            progress.update(1)
+    passed = sum(r["passed"] for r in recs)
+    return {"pass@1": round(100 * passed / len(recs), 2), "passed": passed,
+            "problems": len(recs), "samples": recs,
+            "sandbox": "python -I, empty env, empty temp cwd, wall timeout "
+                       f"{timeout:g}s, RLIMIT_CPU/AS(2 GiB)/FSIZE(16 MiB)/CORE; same user, "
+                       "network NOT blocked"}
