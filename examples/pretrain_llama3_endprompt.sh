@@ -35,7 +35,11 @@
 #   FFN_HIDDEN=11008 TOKENIZER_TYPE=Llama2Tokenizer TOKENIZER=/models/llama2/tokenizer.model.
 # - Mistral 7B v0.1 (8 KV heads, FFN 14336, vocab 32000, RoPE base 10000, 8K window):
 #   FFN_HIDDEN=14336 NUM_QUERY_GROUPS=8 ROPE_BASE=10000, tokenizer as Llama-2.
-# - TP>1 turns on --sequence-parallel. ~1B tokens at GBS 128 x 8192 = ~950 iterations.
+# - TP>1 turns on --sequence-parallel when Transformer Engine is importable (SEQUENCE_PARALLEL=auto).
+#   ~1B tokens at GBS 128 x 8192 = ~950 iterations.
+# - Start-up checks (megatron_endprompt.training.launch_check) run before torchrun, for a real
+#   launch and for --dry-run alike: bad values, missing paths/sidecars or a SPLIT that leaves a
+#   split of the corpus empty end in one `error:` line, exit 2.
 set -euo pipefail
 
 usage() {
@@ -46,7 +50,8 @@ Launches `torchrun -m megatron_endprompt.training.pretrain` for Llama-3 8B, 8K -
 Run once per node (examples/slurm/pretrain_llama3_endprompt.sbatch does it on SLURM). FLAGS are
 extra Megatron flags appended last (they override the script's).
 
-  --dry-run   print the resolved torchrun command (environment included) and exit 0
+  --dry-run   run the start-up checks, print the resolved torchrun command (environment
+              included) and exit 0; on a problem print one error line and exit 2
   --help      this text
 
 Required
@@ -65,14 +70,19 @@ Data and model
   SEQ_LENGTH        P, physical length; usually L0, may be below it (8192)
   ORIGINAL_LENGTH   L0, the model's original window (--max-position-embeddings) (8192)
   TARGET_LENGTH     L, the window trained for; must match the sidecars (65536)
-  PI_FACTOR         s = ceil(L / L0), RoPE positions divided by s (8)
+  PI_FACTOR         s, RoPE positions divided by s (unset: ceil(L / L0); PI_FACTOR x L0 >= L)
+  SIDECAR_NAME      named layout: read PREFIX.NAME.endprompt (unset: PREFIX.endprompt)
+  SPLIT             Megatron --split train,valid,test (998,1,1); small corpora need e.g. 90,5,5
+  SEED              --seed (1234)
   ROPE_BASE         RoPE base; Llama-3 keeps 500000 (500000)
   NUM_QUERY_GROUPS  KV heads (8)            FFN_HIDDEN   FFN size (14336)
 
 Parallelism and launch (torchrun)
   NNODES (SLURM_NNODES or 1)   NODE_RANK (SLURM_NODEID or 0)   GPUS_PER_NODE (8)
   MASTER_ADDR (localhost)      MASTER_PORT (6000)
-  TP (4)  PP (1)  CP (1)       TP>1 adds --sequence-parallel; CP>1 needs Transformer Engine
+  TP (4)  PP (1)  CP (1)       CP>1 needs Transformer Engine
+  SEQUENCE_PARALLEL (auto)     1/0; auto: on when TP>1 and Transformer Engine is importable
+  PYTHON (torchrun's python)   interpreter that runs the start-up checks
 
 Optimisation
   MICRO_BATCH (1)  GLOBAL_BATCH (128)  TRAIN_ITERS (950, ~1B tokens)  LR (2e-5)
@@ -133,7 +143,18 @@ TOKENIZER_TYPE=${TOKENIZER_TYPE:-HuggingFaceTokenizer}
 SEQ_LENGTH=${SEQ_LENGTH:-8192}          # P: physical length (may be below L0, e.g. 4096)
 ORIGINAL_LENGTH=${ORIGINAL_LENGTH:-8192} # L0: the model's original window (Llama-3: 8192)
 TARGET_LENGTH=${TARGET_LENGTH:-65536}   # L
-PI_FACTOR=${PI_FACTOR:-8}               # s = ceil(L / L0)
+PI_FACTOR=${PI_FACTOR:-}                # s; unset: ceil(L / L0) (derived by the checks)
+SIDECAR_NAME=${SIDECAR_NAME:-}
+SPLIT=${SPLIT:-998,1,1}
+SEED=${SEED:-1234}
+SEQUENCE_PARALLEL=${SEQUENCE_PARALLEL:-auto}
+if [ -z "${PYTHON:-}" ]; then   # the interpreter torchrun belongs to (the one with the package)
+  TORCHRUN_BIN=$(command -v torchrun || true)
+  PYTHON=python3
+  if [ -n "$TORCHRUN_BIN" ] && [ -x "$(dirname "$TORCHRUN_BIN")/python" ]; then
+    PYTHON="$(dirname "$TORCHRUN_BIN")/python"
+  fi
+fi
 ROPE_BASE=${ROPE_BASE:-500000}          # Llama-3: keep 500000 (losing it breaks the model)
 NUM_QUERY_GROUPS=${NUM_QUERY_GROUPS:-8}
 FFN_HIDDEN=${FFN_HIDDEN:-14336}
@@ -155,8 +176,20 @@ if ! kill -l "$EXIT_SIGNAL" >/dev/null 2>&1; then
   echo "error: EXIT_SIGNAL=$EXIT_SIGNAL is not a signal name (e.g. SIGTERM, SIGUSR1)" >&2; exit 2
 fi
 
+# Validate every value (integers, layout, window, blend, paths, sidecars, split) before torchrun;
+# prints the derived PI_FACTOR and SEQUENCE_PARALLEL as shell assignments.
+CHECK_VARS=()
+for var in NNODES NODE_RANK GPUS_PER_NODE MASTER_PORT TP PP CP SEQUENCE_PARALLEL MICRO_BATCH \
+           GLOBAL_BATCH TRAIN_ITERS SEQ_LENGTH ORIGINAL_LENGTH TARGET_LENGTH PI_FACTOR \
+           NUM_QUERY_GROUPS WARMUP_ITERS SAVE_INTERVAL EVAL_INTERVAL EVAL_ITERS LOG_INTERVAL SEED \
+           SPLIT SIDECAR_NAME DATA_PREFIX DATA_BLEND REPLAY_PREFIXES TOKENIZER CHECKPOINT_IN; do
+  CHECK_VARS+=("$var=${!var:-}")
+done
+derived=$("$PYTHON" -m megatron_endprompt.cli.launch_check "${CHECK_VARS[@]}") || exit 2
+eval "$derived"
+
 SEQ_PARALLEL=()
-if [ "$TP" -gt 1 ]; then SEQ_PARALLEL=(--sequence-parallel); fi
+if [ "$SEQUENCE_PARALLEL" = 1 ]; then SEQ_PARALLEL=(--sequence-parallel); fi
 
 MODEL_ARGS=(
   --num-layers 32 --hidden-size 4096 --ffn-hidden-size "$FFN_HIDDEN"
@@ -173,13 +206,14 @@ ENDPROMPT_ARGS=(
   --endprompt-original-length "$ORIGINAL_LENGTH"
   --endprompt-pi-factor "$PI_FACTOR"
 )
+if [ -n "$SIDECAR_NAME" ]; then ENDPROMPT_ARGS+=(--endprompt-sidecar-name "$SIDECAR_NAME"); fi
 if [ -n "${REPLAY_PREFIXES:-}" ]; then
   # shellcheck disable=SC2206  # word splitting intended: a list of prefixes
   ENDPROMPT_ARGS+=(--endprompt-replay-prefixes $REPLAY_PREFIXES)
 fi
 TRAIN_ARGS=(
   --micro-batch-size "$MICRO_BATCH" --global-batch-size "$GLOBAL_BATCH"
-  --train-iters "$TRAIN_ITERS"
+  --train-iters "$TRAIN_ITERS" --seed "$SEED"
   --lr "$LR" --min-lr "$LR" --lr-decay-style constant --lr-warmup-iters "$WARMUP_ITERS"
   --weight-decay 0.0 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
   --bf16 --calculate-per-token-loss
@@ -198,7 +232,7 @@ else
   DATA_PATH=("$DATA_PREFIX")
 fi
 DATA_ARGS=(
-  --data-path "${DATA_PATH[@]}" --split 998,1,1 --num-workers 2
+  --data-path "${DATA_PATH[@]}" --split "$SPLIT" --num-workers 2
   --data-cache-path "$CHECKPOINT_OUT/data_cache"
 )
 CKPT_ARGS=(

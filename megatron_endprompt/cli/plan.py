@@ -23,6 +23,7 @@ DEFAULT_SWEEP = "32768,49152,65536,98304,131072"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from megatron_endprompt.planning.launch_vars import SCRIPT_DEFAULTS as D
     from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS
 
     p = argparse.ArgumentParser(prog="plan_endprompt_run.py", description=__doc__.splitlines()[0],
@@ -31,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", choices=sorted(MODEL_PRESETS), help="model preset")
     src.add_argument("--hf-config", metavar="FILE", help="an HF config.json (or its directory)")
-    p.add_argument("--seq-length", type=int, default=8192, help="EndPrompt physical length P")
-    p.add_argument("--target-length", type=int, default=65536, help="target window L")
+    p.add_argument("--seq-length", type=int, default=int(D["SEQ_LENGTH"]),
+                   help="EndPrompt physical length P (default: the launch script's)")
+    p.add_argument("--target-length", type=int, default=int(D["TARGET_LENGTH"]),
+                   help="target window L (default: the launch script's)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs in the cluster (default 8)")
     p.add_argument("--gpu", choices=sorted(GPU_PRESETS), default="h100-80gb")
     p.add_argument("--tokens", type=float, default=1e9, help="training tokens per method")
@@ -40,10 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, default=None, help="fix PP (default: searched)")
     p.add_argument("--cp", type=int, default=None, help="fix CP (default: searched)")
     p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--global-batch-tokens", type=int, default=4 * 2 ** 20,
-                   help="tokens per optimizer step (default 4Mi)")
-    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
-                   help="Megatron --recompute-granularity (full: uniform, 1 layer)")
+    p.add_argument("--global-batch-tokens", type=int,
+                   default=int(D["GLOBAL_BATCH"]) * int(D["SEQ_LENGTH"]),
+                   help="tokens per optimizer step (default: the launch script's GLOBAL_BATCH x "
+                        "SEQ_LENGTH = 1Mi)")
+    p.add_argument("--recompute", choices=("none", "selective", "full"),
+                   default=D["RECOMPUTE"],
+                   help="Megatron --recompute-granularity (full: uniform, 1 layer; default: the "
+                        "launch script's selective)")
     p.add_argument("--mfu", type=float, default=0.40,
                    help="sustained fraction of bf16 peak on the executed FLOPs (default "
                         "0.40; = Megatron's MFU without recompute)")
@@ -71,6 +78,22 @@ def _lengths(text: str) -> list[int]:
     return values
 
 
+def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
+    """L vs P vs L0 through the project's :class:`EndPromptWindow` (the rule training uses), for
+    ``--target-length`` and every sweep length; the global batch must hold one sample."""
+    from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
+
+    for flag, L in [("--target-length", args.target_length)] + [("--sweep", v) for v in lengths]:
+        try:
+            EndPromptWindow(target_length=L, seq_length=args.seq_length,
+                            original_length=model.original_window, flags=PREPROCESS_FLAGS)
+        except ValueError as exc:
+            raise UserError(f"{flag} {L}: {exc}") from None
+    if args.global_batch_tokens < args.seq_length:
+        raise UserError(f"--global-batch-tokens {args.global_batch_tokens} is below one sample "
+                        f"(--seq-length {args.seq_length}); give at least {args.seq_length}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from megatron_endprompt.planning import report
@@ -80,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = MODEL_PRESETS[args.model] if args.model else model_from_hf_config(args.hf_config)
     lengths = _lengths(args.sweep)
+    _check_window(args, model, lengths)
     if args.plot:
         out_dir = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(out_dir):
@@ -104,6 +128,17 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report.plan_document(settings, plans, rows), indent=1))
         return 0
     print(report.plan_table(settings, plans))
+    from megatron_endprompt.planning.launch_vars import checkpoint_bytes, launch_line, \
+        wall_clock_hours
+
+    ep = plans["endprompt"]
+    print("\nlaunch (examples/pretrain_llama3_endprompt.sh variables, EndPrompt plan):")
+    print(f"  {launch_line(settings, ep)}")
+    print(f"wall-clock: {wall_clock_hours(settings, ep):.2f} h for {settings.tokens:.3g} tokens "
+          f"at {ep.tokens_per_second:,.0f} tokens/s (MFU {100 * settings.mfu:g}% of "
+          f"{settings.gpu.peak_tflops:g} TFLOP/s bf16 peak on {settings.gpus} GPUs)")
+    print(f"checkpoint: {checkpoint_bytes(settings) / 1e9:.0f} GB per save (parameters x 14 B: "
+          "bf16 weights 2 + fp32 main weights 4 + Adam moments 8; the script keeps every save)")
     print("\nsweep over the target length (EndPrompt stays at P):")
     print(report.sweep_table(rows))
     print("\nsources:")

@@ -37,6 +37,7 @@ the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``.
 from __future__ import annotations
 
 import functools
+import glob
 import logging
 import os
 import time
@@ -113,8 +114,11 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
     if not os.path.exists(path):
         if not require:
             return None
+        have = sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + "*.endprompt"))
+        listed = f" (sidecars there: {', '.join(have)})" if have else ""
         raise UserError(
-            f"{prefix}: no EndPrompt sidecar {path}; build it (tools/preprocess_endprompt.py "
+            f"{prefix}: no EndPrompt sidecar {path}{listed}; build it "
+            "(tools/preprocess_endprompt.py "
             f"or tools/build_endprompt_sidecar.py{' --name ' + name if name else ''}) or list "
             "the prefix in --endprompt-replay-prefixes to train on it as plain replay data")
     sidecar = open_sidecar(path)
@@ -128,8 +132,9 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
     if target_length is not None and layout.target_length != target_length:
         raise UserError(
             f"{path} was built for target length L={layout.target_length} but training says "
-            f"--endprompt-target-length {target_length}; re-run preprocessing with "
-            f"--target-length {target_length} or fix the flag"
+            f"--endprompt-target-length {target_length}; rebuild the sidecar with "
+            f"tools/build_endprompt_sidecar.py --data-prefix {prefix} --target-length "
+            f"{target_length} (the .bin/.idx stay) or fix the flag"
         )
     if reset_positions:
         raise UserError(

@@ -131,8 +131,9 @@ def _has_checkpoint(path: str) -> bool:
 
 def _check_load(args: argparse.Namespace) -> None:
     """A ``--load`` without a checkpoint makes Megatron train from scratch after a warning;
-    EndPrompt extends a trained model, so that is refused unless it is the first launch of
-    ``--load OUT --save OUT --pretrained-checkpoint IN`` (OUT is written by this run)."""
+    that is refused unless it is the first launch of ``--load OUT --save OUT`` (with
+    ``--pretrained-checkpoint IN`` or from scratch): OUT is written by this run, so a later
+    launch resumes from it; a ``--load`` that differs from ``--save`` is a typo or a wrong path."""
     pretrained = getattr(args, "pretrained_checkpoint", None)
     if pretrained and not _has_checkpoint(pretrained):
         raise UserError(f"--pretrained-checkpoint {pretrained}: no Megatron checkpoint there "
@@ -142,8 +143,10 @@ def _check_load(args: argparse.Namespace) -> None:
     if not load or _has_checkpoint(load):
         return
     save = getattr(args, "save", None)
-    first_launch = bool(pretrained) and save and os.path.abspath(save) == os.path.abspath(load)
-    if first_launch and not getattr(args, "finetune", False):
+    same = bool(save) and os.path.abspath(save) == os.path.abspath(load)
+    if same and not getattr(args, "finetune", False):
+        # first launch of ``--load OUT --save OUT`` (from IN, or from scratch): OUT is written
+        # by this run and every later launch resumes from it
         return
     what = "does not exist" if not os.path.exists(load) else "holds no Megatron checkpoint"
     raise UserError(f"--load {load} {what}; Megatron would train from scratch. Fix the path, "

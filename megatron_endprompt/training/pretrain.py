@@ -84,6 +84,14 @@ def main(argv: list[str] | None = None) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"EndPrompt: {window.banner()} RoPE={args.endprompt_rope_scaling}; "
               f"{len(layouts)} EndPrompt prefix(es)", flush=True)
+        from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
+        from megatron_endprompt.training.startup_summary import coverage_line
+
+        for prefix in layouts:
+            path = sidecar_path(prefix, getattr(args, "endprompt_sidecar_name", None))
+            line = coverage_line(prefix, open_sidecar(path).header.stats)
+            if line:
+                print(f"EndPrompt layout coverage: {line}", flush=True)
     if not args.calculate_per_token_loss:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")

@@ -12,6 +12,8 @@ import stat
 import subprocess
 import time
 
+from launch_fixtures import launch_env, write_prefix
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SBATCH = os.path.join(REPO, "examples", "slurm", "pretrain_llama3_endprompt.sbatch")
 
@@ -22,6 +24,7 @@ while [[ "$1" == --* ]]; do opts+=("$1"); shift; done
 printf '%s\n' "${opts[@]}" > "$STUB_DIR/srun.args"
 if [ -n "${STUB_SRUN_BLOCK:-}" ]; then
   trap 'echo USR1 > "$STUB_DIR/srun.signal"; exit 0' USR1
+  trap 'echo TERM > "$STUB_DIR/srun.signal"; exit 143' TERM
   touch "$STUB_DIR/srun.ready"
   while :; do sleep 0.1; done
 fi
@@ -50,12 +53,16 @@ def _env(tmp_path, **extra):
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
     # a clean environment: nothing of the test process (MASTER_PORT, NODE_RANK...) leaks in
-    return dict(PATH=f"{bin_dir}:{os.environ['PATH']}", STUB_DIR=str(tmp_path),
+    paths = launch_env(tmp_path)  # real files: the launch script checks them before torchrun
+    paths.pop("DATA_PREFIX")
+    paths.pop("PATH")
+    write_prefix(str(tmp_path / "replay"), 5000)
+    return dict(**paths, STUB_DIR=str(tmp_path),
                 SLURM_JOB_ID="4242", SLURM_JOB_NAME="ep", SLURM_JOB_NODELIST="gpu-node[001-002]",
                 SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_GPUS_ON_NODE="8",
                 SLURM_SUBMIT_DIR=REPO, LOG_DIR=str(tmp_path / "logs"),
-                CHECKPOINT_IN="/ckpt/base", CHECKPOINT_OUT="/ckpt/run", TOKENIZER="/models/l3",
-                DATA_BLEND="0.8 /data/ep 0.2 /data/replay", **extra)
+                DATA_BLEND=f"0.8 {tmp_path}/ep 0.2 {tmp_path}/replay",
+                **{**extra, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
 
 
 def test_sbatch_header():
@@ -67,7 +74,8 @@ def test_sbatch_header():
 
 
 def test_one_task_per_node_with_its_rank(tmp_path):
-    proc = subprocess.run(["bash", SBATCH, "--seed", "7"], env=_env(tmp_path),
+    env = _env(tmp_path)
+    proc = subprocess.run(["bash", SBATCH, "--seed", "7"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     srun = (tmp_path / "srun.args").read_text().split()
@@ -79,10 +87,11 @@ def test_one_task_per_node_with_its_rank(tmp_path):
         assert argv[:10] == ["--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "8",
                              "--master_addr", "gpu-node001", "--master_port", str(20000 + 4242)]
         flags = " ".join(argv)
-        assert "--load /ckpt/run --pretrained-checkpoint /ckpt/base --save /ckpt/run" in flags
+        out, base = env["CHECKPOINT_OUT"], env["CHECKPOINT_IN"]
+        assert f"--load {out} --pretrained-checkpoint {base} --save {out}" in flags
         assert "--finetune" not in flags
         assert "--exit-signal-handler --exit-signal SIGUSR1" in flags
-        assert "--data-path 0.8 /data/ep 0.2 /data/replay" in flags
+        assert f"--data-path 0.8 {tmp_path}/ep 0.2 {tmp_path}/replay" in flags
         assert argv[-3:] == ["--seed", "7", "ENV PET_SIGNALS_TO_HANDLE="
                              "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]
     assert not (tmp_path / "scontrol.log").exists()  # finished normally: no requeue
@@ -105,3 +114,22 @@ def test_usr1_reaches_srun_and_requeues(tmp_path):
     assert (tmp_path / "srun.signal").read_text().strip() == "USR1"
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
     assert "requeueing job 4242" in out
+
+
+def test_term_reaches_srun_without_requeue(tmp_path):
+    """scancel / the time limit's end send SIGTERM to the batch shell: it must reach srun."""
+    proc = subprocess.Popen(["bash", SBATCH], env=_env(tmp_path, STUB_SRUN_BLOCK="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "srun.ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (tmp_path / "srun.signal").read_text().strip() == "TERM"
+    assert proc.returncode == 143, err
+    assert not (tmp_path / "scontrol.log").exists()

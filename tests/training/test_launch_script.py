@@ -18,7 +18,18 @@ PATHS = {"CHECKPOINT_IN": "/ckpt/in", "CHECKPOINT_OUT": "/ckpt/out", "DATA_PREFI
 
 
 def _clean_env(**env) -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], **env}
+    """PATH, and the interpreter/checkout the script's start-up checks run with."""
+    return {"PATH": os.environ["PATH"], "PYTHON": sys.executable,
+            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **env}
+
+
+def _skip_path_checks(tmp_path) -> dict[str, str]:
+    """A stub checker (PYTHON) for the flag tests: the paths above are not real files (the
+    checks themselves are tested in tests/examples/test_launch_checks.py)."""
+    stub = tmp_path / "stub_python"
+    stub.write_text("#!/usr/bin/env bash\necho PI_FACTOR=8\necho SEQUENCE_PARALLEL=1\n")
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    return {"PYTHON": str(stub)}
 
 
 def _captured_argv(tmp_path, **env) -> list[str]:
@@ -27,7 +38,7 @@ def _captured_argv(tmp_path, **env) -> list[str]:
     fake.write_text("#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > \"$ARGV_OUT\"\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     out = tmp_path / "argv.txt"
-    full_env = _clean_env(**{**PATHS, "ARGV_OUT": str(out), **env})
+    full_env = _clean_env(**{**PATHS, "ARGV_OUT": str(out), **_skip_path_checks(tmp_path), **env})
     full_env["PATH"] = f"{fake.parent}:{full_env['PATH']}"
     subprocess.run(["bash", SCRIPT], env=full_env, check=True)
     return out.read_text().splitlines()
@@ -82,8 +93,9 @@ def test_launch_script_requires_paths():
         "error: set CHECKPOINT_IN,CHECKPOINT_OUT,TOKENIZER,DATA_PREFIX or DATA_BLEND (see --help)"]
 
 
-def test_dry_run_prints_the_command_and_exits_0():
-    proc = subprocess.run(["bash", SCRIPT, "--dry-run", "--seed", "3"], env=_clean_env(**PATHS),
+def test_dry_run_prints_the_command_and_exits_0(tmp_path):
+    env = _clean_env(**PATHS, **_skip_path_checks(tmp_path))
+    proc = subprocess.run(["bash", SCRIPT, "--dry-run", "--seed", "3"], env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     words = shlex.split(proc.stdout)
@@ -103,7 +115,7 @@ def test_help_documents_every_variable():
     assert proc.returncode == 0 and "Usage:" in proc.stdout
     text = open(SCRIPT).read()
     variables = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)(?::-|:\?|\})", text))
-    variables -= {"SLURM_NNODES", "SLURM_NODEID", "FORWARDED", "DATA_PATH",
+    variables -= {"SLURM_NNODES", "SLURM_NODEID", "FORWARDED", "DATA_PATH", "CHECK_VARS", "var",
                   "SEQ_PARALLEL", "MODEL_ARGS", "ENDPROMPT_ARGS", "TRAIN_ARGS", "PARALLEL_ARGS",
                   "DATA_ARGS", "CKPT_ARGS", "LOG_ARGS", "EXTRA", "ENV", "CMD", "DRY_RUN"}
     undocumented = sorted(v for v in variables if v not in proc.stdout)

@@ -1,0 +1,228 @@
+"""Start-up checks of ``examples/pretrain_llama3_endprompt.sh``, run before ``torchrun`` by the
+real launch and by ``--dry-run`` alike (the same function, so a dry run that passes launches).
+
+The script passes its resolved variables (``TP=4 PP=1 ... DATA_BLEND=...``); every value is
+validated here and the first problem is raised as one :class:`UserError` naming the variable
+and the fix (the CLI prints ``error: ...`` and exits 2). Without this, bash reports ``TP=abc`` as
+"integer expression expected" and carries on, a bad ``TP`` or ``NODE_RANK`` surfaces as a
+torchrun/Megatron traceback on every rank, and a split that leaves the validation split of a
+small corpus empty makes Megatron's index build spin without an error.
+
+Checked: integer variables; the parallel layout (``TP`` within a node and dividing the heads and
+KV heads, ``TP x PP x CP`` dividing the world, the global batch divisible by ``MICRO_BATCH x DP``);
+the window via :class:`~megatron_endprompt.window.EndPromptWindow` (``P < L``, ``L > L0``) and
+``PI_FACTOR x L0 >= L``; ``DATA_BLEND`` (weight/prefix pairs, no glob characters),
+``REPLAY_PREFIXES`` inside the blend, ``SPLIT``, ``SIDECAR_NAME``; and, unless a value is a
+``<PLACEHOLDER>`` of a dry run, that the paths exist, every non-replay prefix has its sidecar
+(the existing ones are listed when not) and no split with a non-zero weight gets 0 documents.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import math
+import os
+import struct
+from collections.abc import Mapping
+
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.window import EndPromptWindow
+
+__all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents"]
+
+#: The shape the shipped script launches (Llama-3 8B): attention heads and layers.
+LLAMA3_8B_HEADS = 32
+LLAMA3_8B_LAYERS = 32
+
+_POSITIVE = ("NNODES", "GPUS_PER_NODE", "TP", "PP", "CP", "MICRO_BATCH", "GLOBAL_BATCH",
+             "TRAIN_ITERS", "SEQ_LENGTH", "ORIGINAL_LENGTH", "TARGET_LENGTH", "NUM_QUERY_GROUPS",
+             "SAVE_INTERVAL", "EVAL_INTERVAL", "LOG_INTERVAL", "MASTER_PORT")
+_NON_NEGATIVE = ("NODE_RANK", "WARMUP_ITERS", "EVAL_ITERS", "SEED")
+_SPLIT_NAMES = ("train", "valid", "test")
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
+    text = env.get(name, "")
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserError(f"{name}={text!r} is not an integer; set {name} to an integer "
+                        f">= {minimum}") from None
+    if value < minimum:
+        raise UserError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _placeholder(value: str) -> bool:
+    return value.startswith("<") and value.endswith(">")
+
+
+def _blend(env: Mapping[str, str]) -> list[str]:
+    """The prefixes of ``DATA_BLEND`` (weight/prefix pairs) or ``[DATA_PREFIX]``."""
+    text = env.get("DATA_BLEND", "").strip()
+    if not text:
+        prefix = env.get("DATA_PREFIX", "")
+        if glob.has_magic(prefix):
+            raise UserError(f"DATA_PREFIX={prefix}: glob characters (* ? [) are not expanded; "
+                            "give one prefix or a DATA_BLEND")
+        return [prefix]
+    tokens = text.split()
+    for tok in tokens:
+        if glob.has_magic(tok):
+            raise UserError(f"DATA_BLEND: {tok} has glob characters (* ? [), which Megatron "
+                            "does not expand; list each prefix with its weight")
+    if len(tokens) % 2:
+        raise UserError(f"DATA_BLEND has {len(tokens)} values; give weight/prefix pairs "
+                        "\"W1 PREFIX1 W2 PREFIX2 ...\"")
+    for w, p in zip(tokens[0::2], tokens[1::2]):
+        try:
+            weight = float(w)
+        except ValueError:
+            raise UserError(f"DATA_BLEND: {w!r} (before {p}) is not a weight; give weight/prefix "
+                            "pairs \"W1 PREFIX1 W2 PREFIX2 ...\"") from None
+        if not (math.isfinite(weight) and weight > 0):
+            raise UserError(f"DATA_BLEND: weight {w} of {p} must be > 0; drop the prefix instead")
+    return tokens[1::2]
+
+
+def _split(text: str) -> list[float]:
+    try:
+        parts = [float(v) for v in text.replace("/", ",").split(",")]
+    except ValueError:
+        parts = []
+    if not 1 <= len(parts) <= 3 or any(not math.isfinite(v) or v < 0 for v in parts) \
+            or sum(parts) <= 0:
+        raise UserError(f"SPLIT={text!r}: give train,valid,test weights >= 0, e.g. 998,1,1 or "
+                        "90,5,5")
+    parts += [0.0] * (3 - len(parts))
+    total = sum(parts)
+    return [v / total for v in parts]
+
+
+def split_documents(split: list[float], num_documents: int) -> list[int]:
+    """Documents per split as Megatron's ``_get_split_indices`` assigns them (bounds rounded
+    from the normalised weights, the last bound corrected to the total)."""
+    bounds = [0]
+    for w in split:
+        bounds.append(bounds[-1] + int(round(w * float(num_documents))))
+    bounds = [b - (bounds[-1] - num_documents) if i else b for i, b in enumerate(bounds)]
+    return [max(0, b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _idx_documents(path: str) -> int:
+    """Documents in a Megatron ``.idx`` (header: magic 9 B, version 8 B, dtype 1 B, sequence
+    count 8 B, document count 8 B; the document index holds count + 1 bounds)."""
+    with open(path, "rb") as f:
+        head = f.read(34)
+    if len(head) < 34 or not head.startswith(b"MMIDIDX"):
+        raise UserError(f"{path}: not a Megatron .idx file; re-run tools/preprocess_endprompt.py")
+    return struct.unpack("<Q", head[26:34])[0] - 1
+
+
+def _existing_sidecars(prefix: str) -> list[str]:
+    return sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + "*.endprompt"))
+
+
+def _check_prefix(prefix: str, name: str | None, split: list[float], env: Mapping[str, str],
+                  replay: bool) -> None:
+    from megatron_endprompt.data.sidecar import sidecar_path
+
+    for suffix in (".bin", ".idx"):
+        if not os.path.isfile(prefix + suffix):
+            hint = ""
+            if os.path.isfile(prefix + "_text_document" + suffix):
+                hint = f" ({prefix}_text_document{suffix} exists: give that prefix)"
+            raise UserError(f"{prefix}{suffix} not found{hint}; give the prefix written by "
+                            "tools/preprocess_endprompt.py --output-prefix")
+    if not replay and not os.path.isfile(sidecar_path(prefix, name)):
+        have = _existing_sidecars(prefix)
+        listed = f"; sidecars there: {', '.join(have)}" if have else "; no sidecar exists there"
+        raise UserError(f"{prefix}: no sidecar {os.path.basename(sidecar_path(prefix, name))}"
+                        f" (SIDECAR_NAME={name or ''}){listed}; fix SIDECAR_NAME, build it with "
+                        "tools/build_endprompt_sidecar.py or list the prefix in REPLAY_PREFIXES")
+    docs = _idx_documents(prefix + ".idx")
+    counts = split_documents(split, docs)
+    for split_name, w, n in zip(_SPLIT_NAMES, split, counts):
+        if w > 0 and n == 0:
+            raise UserError(f"SPLIT={env.get('SPLIT')} leaves the {split_name} split of {prefix}"
+                            f" empty ({docs} documents: {'/'.join(map(str, counts))}); use a "
+                            "coarser split, e.g. SPLIT=90,5,5")
+
+
+def check_launch(env: Mapping[str, str]) -> dict[str, str]:
+    """Validate the launch variables ``env``; returns the values the script derives
+    (``PI_FACTOR``, ``SEQUENCE_PARALLEL`` 0/1). Raises :class:`UserError` (one line)."""
+    v = {name: _int(env, name, 1) for name in _POSITIVE}
+    v.update({name: _int(env, name, 0) for name in _NON_NEGATIVE})
+    tp, pp, cp = v["TP"], v["PP"], v["CP"]
+    if v["NODE_RANK"] >= v["NNODES"]:
+        raise UserError(f"NODE_RANK={v['NODE_RANK']} must be below NNODES={v['NNODES']} "
+                        "(ranks count from 0)")
+    if tp > v["GPUS_PER_NODE"] or v["GPUS_PER_NODE"] % tp:
+        raise UserError(f"TP={tp} must divide GPUS_PER_NODE={v['GPUS_PER_NODE']} (tensor "
+                        "parallelism stays within a node)")
+    for what, n in (("attention heads", LLAMA3_8B_HEADS),
+                    ("KV heads (NUM_QUERY_GROUPS)", v["NUM_QUERY_GROUPS"])):
+        if n % tp:
+            raise UserError(f"TP={tp} must divide the {n} {what}; use TP=1, 2, 4 or 8")
+    if LLAMA3_8B_LAYERS % pp:
+        raise UserError(f"PP={pp} must divide the {LLAMA3_8B_LAYERS} layers")
+    world = v["NNODES"] * v["GPUS_PER_NODE"]
+    if world % (tp * pp * cp):
+        raise UserError(f"TP*PP*CP={tp * pp * cp} must divide the {world} GPUs "
+                        f"(NNODES={v['NNODES']} x GPUS_PER_NODE={v['GPUS_PER_NODE']})")
+    dp = world // (tp * pp * cp)
+    if v["GLOBAL_BATCH"] % (v["MICRO_BATCH"] * dp):
+        raise UserError(f"GLOBAL_BATCH={v['GLOBAL_BATCH']} must be a multiple of MICRO_BATCH x DP"
+                        f" = {v['MICRO_BATCH']} x {dp}")
+    P, L, L0 = v["SEQ_LENGTH"], v["TARGET_LENGTH"], v["ORIGINAL_LENGTH"]
+    if cp > 1 and P % (2 * cp):
+        raise UserError(f"CP={cp} needs SEQ_LENGTH={P} divisible by 2*CP={2 * cp}")
+    need = math.ceil(L / L0)
+    s_text = env.get("PI_FACTOR", "").strip()
+    try:
+        s = float(s_text) if s_text else float(need)
+    except ValueError:
+        raise UserError(f"PI_FACTOR={s_text!r} is not a number; unset it for ceil(L/L0)") from None
+    try:
+        EndPromptWindow(target_length=L, seq_length=P, original_length=L0, pi_factor=s)
+    except ValueError as exc:
+        raise UserError(f"SEQ_LENGTH/TARGET_LENGTH/ORIGINAL_LENGTH/PI_FACTOR: {exc}") from None
+    if s * L0 < L:
+        raise UserError(f"PI_FACTOR={s_text} with TARGET_LENGTH={L}: positions reach "
+                        f"L/s = {L / s:g} > ORIGINAL_LENGTH={L0}; set PI_FACTOR={need} "
+                        "(ceil(L/L0)) or unset it")
+    prefixes = _blend(env)
+    replay = env.get("REPLAY_PREFIXES", "").split()
+    for r in replay:
+        if not any(os.path.abspath(r) == os.path.abspath(p) for p in prefixes):
+            raise UserError(f"REPLAY_PREFIXES: {r} is not a prefix of DATA_BLEND/DATA_PREFIX; "
+                            "fix the path")
+    split = _split(env.get("SPLIT", ""))
+    name = env.get("SIDECAR_NAME", "").strip() or None
+    if name is not None:
+        from megatron_endprompt.data.sidecar import check_sidecar_name
+
+        check_sidecar_name(name)
+    tokenizer = env.get("TOKENIZER", "")
+    if not _placeholder(tokenizer) and not os.path.exists(tokenizer):
+        raise UserError(f"TOKENIZER={tokenizer}: not found; give the HF tokenizer directory (or "
+                        "a SentencePiece .model with TOKENIZER_TYPE)")
+    ckpt_in = env.get("CHECKPOINT_IN", "")
+    if not _placeholder(ckpt_in) and not os.path.isdir(ckpt_in):
+        raise UserError(f"CHECKPOINT_IN={ckpt_in}: not a directory; convert the base model with "
+                        "tools/convert_checkpoint.py hf-to-megatron")
+    for prefix in prefixes:
+        if not _placeholder(prefix):
+            replayed = any(os.path.abspath(r) == os.path.abspath(prefix) for r in replay)
+            _check_prefix(prefix, name, split, env, replayed)
+    seq_par = env.get("SEQUENCE_PARALLEL", "auto").strip().lower()
+    if seq_par not in ("auto", "0", "1"):
+        raise UserError(f"SEQUENCE_PARALLEL={seq_par!r}: give auto, 0 or 1")
+    if seq_par == "auto":  # needs Transformer Engine's sequence-parallel layers
+        te = importlib.util.find_spec("transformer_engine") is not None
+        seq_par = "1" if tp > 1 and te else "0"
+    if seq_par == "1" and tp == 1:
+        seq_par = "0"  # Megatron ignores it at TP=1 (and warns)
+    return {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par}

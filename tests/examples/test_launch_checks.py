@@ -1,0 +1,130 @@
+"""examples/pretrain_llama3_endprompt.sh start-up checks (megatron_endprompt.training.launch_check):
+``--dry-run`` and a real launch refuse bad values, missing paths/sidecars and a split that leaves a
+split of the corpus empty with one ``error:`` line and exit 2, before torchrun; a valid setup
+prints the torchrun command. Paths are real files (a minimal Megatron ``.idx`` header and a
+sidecar file name) so the path checks run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import subprocess
+import sys
+
+import pytest
+from launch_fixtures import launch_env, write_prefix
+
+from launch_fixtures import REPO  # noqa: E402
+
+SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
+
+
+_prefix = write_prefix
+
+
+@pytest.fixture
+def setup(tmp_path):
+    return tmp_path, launch_env(tmp_path)
+
+
+def _run(env, *args):
+    return subprocess.run(["bash", SCRIPT, "--dry-run", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _refused(env, **over):
+    proc = _run({**env, **over})
+    assert proc.returncode == 2, (over, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), (over, proc.stderr)
+    assert proc.stdout == ""
+    return lines[0]
+
+
+def test_valid_setup_prints_the_command(setup):
+    tmp, env = setup
+    proc = _run({**env, "SPLIT": "90,5,5", "SEED": "7"})
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout)
+    assert "torchrun" in words
+    assert words[words.index("--split") + 1] == "90,5,5"
+    assert words[words.index("--seed") + 1] == "7"
+    assert words[words.index("--endprompt-pi-factor") + 1] == "8"  # ceil(65536 / 8192)
+    # no Transformer Engine here: TP=4 must not force --sequence-parallel
+    te = subprocess.run([sys.executable, "-c", "import transformer_engine"],
+                        capture_output=True).returncode == 0
+    assert ("--sequence-parallel" in words) == te
+    forced = shlex.split(_run({**env, "SEQUENCE_PARALLEL": "1"}).stdout)
+    assert "--sequence-parallel" in forced
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"TP": "x"}, "TP='x' is not an integer"),
+    ({"TP": "abc"}, "TP='abc' is not an integer"),
+    ({"TP": "0"}, "TP=0 must be >= 1"),
+    ({"TP": "3"}, "TP=3"),
+    ({"TARGET_LENGTH": "131072", "PI_FACTOR": "8"}, "PI_FACTOR=16"),
+    ({"SEQ_LENGTH": "131072"}, "larger than seq length"),
+    ({"NODE_RANK": "4", "NNODES": "4"}, "NODE_RANK=4 must be below NNODES=4"),
+    ({"GLOBAL_BATCH": "101"}, "GLOBAL_BATCH=101"),
+    ({"SPLIT": "a,b"}, "SPLIT="),
+    ({"SEQUENCE_PARALLEL": "yes"}, "SEQUENCE_PARALLEL="),
+])
+def test_bad_values_are_one_line(setup, over, says):
+    _, env = setup
+    assert says in _refused(env, **over)
+
+
+def test_blend_problems_are_one_line(setup):
+    tmp, env = setup
+    a = env.pop("DATA_PREFIX")
+    b = _prefix(str(tmp / "replay"), 5000, sidecar=None)
+    assert "3 values" in _refused(env, DATA_BLEND=f"0.8 {a} 0.2")
+    assert "glob" in _refused(env, DATA_BLEND=f"0.5 {tmp}/e* 0.5 {b}")
+    assert "not a prefix of DATA_BLEND" in _refused(
+        env, DATA_BLEND=f"0.5 {a} 0.5 {b}", REPLAY_PREFIXES=str(tmp / "other"))
+    # b has no sidecar: refused unless it is replay data
+    assert "no sidecar" in _refused(env, DATA_BLEND=f"0.5 {a} 0.5 {b}")
+    ok = _run({**env, "DATA_BLEND": f"0.5 {a} 0.5 {b}", "REPLAY_PREFIXES": b})
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_missing_paths_and_sidecars_are_one_line(setup):
+    tmp, env = setup
+    assert "TOKENIZER=" in _refused(env, TOKENIZER=str(tmp / "nope"))
+    assert "CHECKPOINT_IN=" in _refused(env, CHECKPOINT_IN=str(tmp / "nope"))
+    assert ".bin not found" in _refused(env, DATA_PREFIX=str(tmp / "nope"))
+    _prefix(str(tmp / "named"), 5000, sidecar="L64K")
+    line = _refused(env, DATA_PREFIX=str(tmp / "named"), SIDECAR_NAME="L46K")
+    assert "named.L64K.endprompt" in line  # the sidecars that exist are listed
+    ok = _run({**env, "DATA_PREFIX": str(tmp / "named"), "SIDECAR_NAME": "L64K"})
+    assert ok.returncode == 0, ok.stderr
+    assert "--endprompt-sidecar-name L64K" in ok.stdout
+    _prefix(str(tmp / "mg_text_document"), 5000)
+    assert "mg_text_document.bin exists" in _refused(env, DATA_PREFIX=str(tmp / "mg"))
+
+
+def test_split_leaving_a_split_empty_is_refused(setup):
+    tmp, env = setup
+    small = _prefix(str(tmp / "small"), 20)
+    line = _refused(env, DATA_PREFIX=small)  # 998,1,1 of 20 documents: valid gets 0
+    assert "SPLIT=998,1,1 leaves the valid split" in line and "90,5,5" in line
+    assert _run({**env, "DATA_PREFIX": small, "SPLIT": "90,5,5"}).returncode == 0
+
+
+def test_real_launch_checks_before_torchrun(setup):
+    """Without --dry-run the same checks run, and torchrun is never started on a problem."""
+    tmp, env = setup
+    fake = tmp / "bin" / "torchrun"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/usr/bin/env bash\ntouch {tmp}/started\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {**env, "PATH": f"{fake.parent}:{env['PATH']}"}
+    proc = subprocess.run(["bash", SCRIPT], env={**env, "TP": "abc"}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: TP='abc'")
+    assert not (tmp / "started").exists()
+    proc = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp / "started").exists()
