@@ -35,6 +35,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from torch import Tensor
 
 from megatron_endprompt.compat import GPT_PREPROCESS_ROTARY_INDEX, stock_rope_skipped
+from megatron_endprompt.model.final_norm import block_spec_with_layer_norm
 from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
 from megatron_endprompt.runtime import check_megatron_version, installed_layers
 
@@ -57,12 +58,17 @@ class EndPromptGPTModel(GPTModel):
 
     Args: ``GPTModel``'s, plus keyword ``pi_factor`` (``s``; ``None`` -> Megatron's
     ``seq_len_interpolation_factor`` or 1). Requires ``position_embedding_type='rope'`` without
-    multi-latent attention.
+    multi-latent attention. A layer spec's final norm is the layers' own norm class
+    (:mod:`~megatron_endprompt.model.final_norm`), not TE's whenever TE is importable.
     """
 
-    def __init__(self, *args: Any, pi_factor: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: Any, transformer_layer_spec: Any, *args: Any,
+                 pi_factor: float | None = None, **kwargs: Any) -> None:
         check_megatron_version()
-        super().__init__(*args, **kwargs)
+        transformer_layer_spec = block_spec_with_layer_norm(
+            config, transformer_layer_spec, vp_stage=kwargs.get("vp_stage"),
+            pg_collection=kwargs.get("pg_collection"))
+        super().__init__(config, transformer_layer_spec, *args, **kwargs)
         if self.position_embedding_type != "rope" or self.config.multi_latent_attention:
             raise ValueError(
                 "EndPrompt needs position_embedding_type='rope' without multi-latent attention "

@@ -9,6 +9,7 @@ refused with one line, leaving nothing patched.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -195,3 +196,35 @@ def test_ledger_restores_inherited_and_missing_attributes() -> None:
     assert ledger.restore() == 3
     assert obj.f() == Child().f() == "base"
     assert "f" not in vars(obj) and "f" not in vars(Child) and not hasattr(module_like, "new")
+
+
+def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te() -> None:
+    """On a (faked) GPU machine ``install()`` patches exactly the wheel fixes, plus the TE RoPE
+    router once TE's fused kernel is importable (faked: the real package is absent here);
+    nothing of the CPU layer, whatever TE's presence."""
+    proc = _run_python("""
+        import json, torch
+        torch.cuda.is_available = lambda: True
+        import megatron.core.dist_checkpointing.strategies.filesystem_async as fs_async
+        from megatron.core.models.common.embeddings import rope_utils
+        from megatron_endprompt import runtime
+
+        out = {"psutil": bool(getattr(fs_async, "HAVE_PSUTIL", True))}
+        out["no_te"] = [runtime.install(), runtime.patches()]
+        runtime.uninstall()
+        rope_utils.fused_apply_rotary_pos_emb = lambda t, freqs, **kw: t   # TE importable
+        out["te"] = [runtime.install(), runtime.patches()]
+        print("RESULT" + json.dumps(out))
+    """)
+    out = json.loads(proc.stdout.split("RESULT", 1)[1])
+    opt = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer."
+    wheel = [["wheel", "megatron.core.datasets.utils.compile_helpers"]]
+    if not out["psutil"]:
+        wheel.append(["wheel", "megatron.core.dist_checkpointing.strategies.filesystem_async."
+                               "_process_memory"])
+    wheel += [["wheel", opt + name] for name in
+              ("state_dict", "_set_main_param_and_optimizer_states", "load_state_dict")]
+    assert out["no_te"] == [{"wheel": True, "rope": False, "cpu": False}, wheel]
+    assert out["te"] == [{"wheel": True, "rope": True, "cpu": False}, wheel + [
+        ["rope-fallback", "megatron.core.models.common.embeddings.rope_utils."
+                          "fused_apply_rotary_pos_emb"]]]
