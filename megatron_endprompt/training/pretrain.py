@@ -87,8 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = pretrain_cfg_container_from_args(args)
     from megatron_endprompt.training.long_eval import long_eval_hook
 
-    pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
-             model_provider=model_provider, non_loss_data_func=long_eval_hook(args))
+    from megatron_endprompt.runtime.versions import call_pretrain
+
+    call_pretrain(pretrain, cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
+                  model_provider=model_provider, non_loss_data_func=long_eval_hook(args))
 
 
 if __name__ == "__main__":

@@ -162,17 +162,24 @@ def test_fingerprint_ignores_docstrings_and_comments_not_code(tmp_path) -> None:
     assert fingerprint(a) == fingerprint(b) != fingerprint(c)
 
 
-def test_unknown_megatron_version_is_refused(monkeypatch) -> None:
-    """The one version gate: a minor release the runtime was not written for fails loudly,
-    before anything is patched; the model constructor uses the same gate."""
+@pytest.mark.parametrize("version, reason", [
+    ("0.21.0", "newer releases are unreviewed"),
+    ("0.17.1", "lack megatron.training's config-container pretrain entry"),
+    ("0.16.1", "lack megatron.training's config-container pretrain entry"),
+])
+def test_unsupported_megatron_version_is_refused(monkeypatch, version, reason) -> None:
+    """The one version gate: outside ``>=0.18,<0.21`` install fails with one line naming the
+    reason, before anything is patched; the model constructor uses the same gate."""
     from megatron.core import package_info
 
     from megatron_endprompt import runtime
 
-    assert runtime.check_megatron_version().startswith("0.19.")
-    monkeypatch.setattr(package_info, "__version__", "0.20.0")
-    with pytest.raises(RuntimeError, match="0.20.0 is not supported"):
+    assert runtime.check_megatron_version().split(".")[:2] in (["0", "18"], ["0", "19"],
+                                                               ["0", "20"])
+    monkeypatch.setattr(package_info, "__version__", version)
+    with pytest.raises(RuntimeError, match=f"{version} is not supported") as info:
         runtime.install(cpu=False)
+    assert reason in str(info.value) and "\n" not in str(info.value)
     assert runtime.patches() == []
 
 
