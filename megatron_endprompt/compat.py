@@ -95,7 +95,7 @@ def quiet_megatron_import_noise() -> None:
     warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
     warnings.filterwarnings("ignore", message=".*Could not determine rank from torch.distributed.*")
     warnings.filterwarnings("ignore", message=".*absl.logging is not installed.*")
-    # Megatron-LM main (0.20) warns at import about the fallbacks of the local spec
+    # 0.18 and main (0.20) warn at import about the local spec's fallbacks (not actionable)
     warnings.filterwarnings("ignore", message=".*Apex is not installed.*")
     warnings.filterwarnings("ignore", message=".*Only transformer-engine>=1.7.0 supports MoE.*")
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
