@@ -1,4 +1,4 @@
-"""The decoder's final norm follows the layer spec's own norm, not the presence of Transformer Engine.
+"""The decoder's final norm follows the layer spec's own norm, not whether TE is importable.
 
 Given a single *layer* spec, Megatron-Core's ``TransformerBlock`` picks the final norm from a
 module global set at import: ``TENorm`` whenever Transformer Engine is importable, whatever the

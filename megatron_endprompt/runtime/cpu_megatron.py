@@ -1,8 +1,8 @@
 """Megatron-level half of the CPU runtime (installed only without CUDA).
 
 Reviewed against Megatron-Core 0.18.2, 0.19.2 and main 0.20.0 (``megatron.core`` and
-``megatron.training``). Each patched function's fingerprint is in :data:`FINGERPRINTS`; the ledger refuses to
-patch a function whose code moved (see :mod:`megatron_endprompt.runtime.ledger`).
+``megatron.training``). Each patched function's fingerprints are in :data:`FINGERPRINTS`; the
+ledger refuses to patch a function whose code differs from every reviewed release (see :mod:`megatron_endprompt.runtime.ledger`).
 """
 
 from __future__ import annotations
