@@ -2,7 +2,8 @@
 
 Reviewed against Megatron-Core 0.18.2, 0.19.2 and main 0.20.0 (``megatron.core`` and
 ``megatron.training``). Each patched function's fingerprints are in :data:`FINGERPRINTS`; the
-ledger refuses to patch a function whose code differs from every reviewed release (see :mod:`megatron_endprompt.runtime.ledger`).
+ledger refuses to patch a function whose code differs from every reviewed release (see
+:mod:`megatron_endprompt.runtime.ledger`).
 """
 
 from __future__ import annotations
