@@ -235,3 +235,24 @@ def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te()
     assert out["te"] == [{"wheel": True, "rope": True, "cpu": False}, wheel + [
         ["rope-fallback", "megatron.core.models.common.embeddings.rope_utils."
                           "fused_apply_rotary_pos_emb"]]]
+
+
+def test_ledger_accepts_any_reviewed_release_fingerprint() -> None:
+    """Fingerprints are kept per reviewed release: a function equal to any of them is patched
+    (old code compared with one 0.19 fingerprint and refused 0.18's and main's); one equal to
+    none is refused with one line naming every reviewed release."""
+    from megatron_endprompt.runtime import Ledger, PatchedFunctionChanged, fingerprint
+
+    def f(x):
+        return x + 1
+
+    owner = type("Owner", (), {"f": staticmethod(f)})
+    ledger = Ledger()
+    ledger.replace(owner, "f", lambda x: x, patch="t",
+                   expected={"0.18.2": "000000000000", "0.19.2": fingerprint(f)})
+    assert ledger.restore() == 1
+    with pytest.raises(PatchedFunctionChanged) as info:
+        ledger.check(owner, "f", {"0.18.2": "000000000000", "0.20.0": "111111111111"},
+                     patch="t")
+    assert "000000000000 (0.18.2), 111111111111 (0.20.0)" in str(info.value)
+    assert "\n" not in str(info.value)
