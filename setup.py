@@ -18,7 +18,7 @@ setup(
     packages=find_packages(include=["megatron_endprompt", "megatron_endprompt.*"]),
     install_requires=[
         "torch>=2.4",
-        "megatron-core>=0.19,<0.20",
+        "megatron-core>=0.18,<0.21",
         "numpy>=1.26",
         "tqdm>=4.60",
         "sentencepiece>=0.2",

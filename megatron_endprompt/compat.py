@@ -1,7 +1,8 @@
 """Megatron-Core version differences, in one place.
 
 Everything here touches an API that moved between Megatron-Core releases (argument namespaces
-of builders, private helpers we reuse). Tested against megatron-core 0.19.x. Nothing here
+of builders, private helpers we reuse). Tested against megatron-core 0.18.x-0.20 (the feature
+table is :mod:`megatron_endprompt.runtime.versions`). Nothing here
 changes torch or Megatron: patches live in :mod:`megatron_endprompt.runtime`.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from megatron_endprompt.runtime.versions import tokenizer_namespace_extras
 
 
 def build_megatron_tokenizer(
@@ -38,6 +41,7 @@ def build_megatron_tokenizer(
         tokenizer_sentencepiece_legacy=False,
         tiktoken_pattern=None,
         tiktoken_num_special_tokens=1000,
+        **tokenizer_namespace_extras(),
     )
     return build_tokenizer(args)
 
@@ -91,4 +95,7 @@ def quiet_megatron_import_noise() -> None:
     warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
     warnings.filterwarnings("ignore", message=".*Could not determine rank from torch.distributed.*")
     warnings.filterwarnings("ignore", message=".*absl.logging is not installed.*")
+    # 0.18 and main (0.20) warn at import about the local spec's fallbacks (not actionable)
+    warnings.filterwarnings("ignore", message=".*Apex is not installed.*")
+    warnings.filterwarnings("ignore", message=".*Only transformer-engine>=1.7.0 supports MoE.*")
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)

@@ -35,6 +35,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from torch import Tensor
 
 from megatron_endprompt.compat import GPT_PREPROCESS_ROTARY_INDEX, stock_rope_skipped
+from megatron_endprompt.model.final_norm import block_spec_with_layer_norm
 from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
 from megatron_endprompt.model.yarn import YarnScaling
 from megatron_endprompt.runtime import check_megatron_version, installed_layers
@@ -60,17 +61,22 @@ class EndPromptGPTModel(GPTModel):
     ``seq_len_interpolation_factor`` or 1) and keyword ``yarn`` (YaRN / NTK-by-parts frequencies
     instead of PI; its attention factor goes into the config's ``yarn_*`` fields, which
     Megatron's attention reads when it is built, so it multiplies cos/sin as HF does). Requires
-    ``position_embedding_type='rope'`` without multi-latent attention.
+    ``position_embedding_type='rope'`` without multi-latent attention. A layer spec's final norm
+    is the layers' own norm class (:mod:`~megatron_endprompt.model.final_norm`), not TE's
+    whenever TE is importable.
     """
 
-    def __init__(self, *args: Any, pi_factor: float | None = None,
-                 yarn: YarnScaling | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: Any, transformer_layer_spec: Any, *args: Any,
+                 pi_factor: float | None = None, yarn: YarnScaling | None = None,
+                 **kwargs: Any) -> None:
         check_megatron_version()
         if yarn is not None:
-            config = kwargs["config"] if "config" in kwargs else args[0]
             for name, value in yarn.megatron_config_fields().items():
                 setattr(config, name, value)
-        super().__init__(*args, **kwargs)
+        transformer_layer_spec = block_spec_with_layer_norm(
+            config, transformer_layer_spec, vp_stage=kwargs.get("vp_stage"),
+            pg_collection=kwargs.get("pg_collection"))
+        super().__init__(config, transformer_layer_spec, *args, **kwargs)
         if self.position_embedding_type != "rope" or self.config.multi_latent_attention:
             raise ValueError(
                 "EndPrompt needs position_embedding_type='rope' without multi-latent attention "

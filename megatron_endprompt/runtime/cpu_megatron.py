@@ -1,8 +1,9 @@
 """Megatron-level half of the CPU runtime (installed only without CUDA).
 
-Written against Megatron-Core 0.19.x (``megatron.core`` and ``megatron.training`` of the pip
-wheel). Each patched function's fingerprint is in :data:`FINGERPRINTS`; the ledger refuses to
-patch a function whose code moved (see :mod:`megatron_endprompt.runtime.ledger`).
+Reviewed against Megatron-Core 0.18.2, 0.19.2 and main 0.20.0 (``megatron.core`` and
+``megatron.training``). Each patched function's fingerprints are in :data:`FINGERPRINTS`; the
+ledger refuses to patch a function whose code differs from every reviewed release (see
+:mod:`megatron_endprompt.runtime.ledger`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,26 @@ from megatron_endprompt.runtime.ledger import Ledger
 _PATCH = "cpu-megatron"
 
 #: Fingerprints (:func:`~megatron_endprompt.runtime.ledger.fingerprint`) of the Megatron-Core
-#: 0.19.2 functions these patches wrap or replace.
-FINGERPRINTS: dict[str, str] = {
-    "initialize_megatron": "353fb459b48b",
-    "_get_cuda_rng_state": "fd0ec2c1c238",
-    "_set_cuda_rng_state": "66d4d8e996ca",
-    "load_checkpoint": "ae6bc340b780",
-    "train": "78022ba81583",
+#: functions these patches wrap or replace, per reviewed release (0.20.0 = Megatron-LM main
+#: d98e8a64); each release's diff was read against the patch.
+FINGERPRINTS: dict[str, dict[str, str]] = {
+    "initialize_megatron": {
+        "0.18.2": "793a5c6258f9",
+        "0.19.2": "353fb459b48b",
+        "0.20.0": "180056f5128d",
+    },
+    "_get_cuda_rng_state": {"0.18.2, 0.19.2, 0.20.0": "fd0ec2c1c238"},
+    "_set_cuda_rng_state": {"0.18.2, 0.19.2, 0.20.0": "66d4d8e996ca"},
+    "load_checkpoint": {
+        "0.18.2": "0a0a8bbeb224",
+        "0.19.2": "ae6bc340b780",
+        "0.20.0": "e44560227b03",
+    },
+    "train": {
+        "0.18.2": "efc4ce2ad990",
+        "0.19.2": "78022ba81583",
+        "0.20.0": "3b8f329b8c42",
+    },
 }
 
 
@@ -114,6 +128,7 @@ def patch_resume_rng_at_train_start(ledger: Ledger) -> None:
     original_load = ledger.check(mt_training, "load_checkpoint", FINGERPRINTS["load_checkpoint"],
                                  patch=_PATCH)
     original_train = ledger.check(mt_training, "train", FINGERPRINTS["train"], patch=_PATCH)
+    ledger.check(mt_training, "get_args", None, patch=_PATCH)  # called by the wrapper below
     loaded_state: dict[str, torch.Tensor] = {}
 
     @functools.wraps(original_load)

@@ -16,9 +16,15 @@ import hashlib
 import inspect
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Union
 
-__all__ = ["Ledger", "PatchedFunctionChanged", "fingerprint"]
+__all__ = ["Expected", "Ledger", "PatchedFunctionChanged", "fingerprint"]
+
+#: What a patch accepts: one fingerprint, or ``{reviewed Megatron-Core version: fingerprint}``
+#: (a function that differs between releases the patch was checked against), or ``None``
+#: (only the attribute must exist).
+Expected = Union[str, Mapping[str, str], None]
 
 _MISSING = object()
 
@@ -82,24 +88,28 @@ class Ledger:
         return [(e.patch, _describe(e.owner, e.name) if e.owner is not None else "(undo)")
                 for e in self._entries]
 
-    def check(self, owner: Any, name: str, expected: str | None, *, patch: str) -> Any:
+    def check(self, owner: Any, name: str, expected: Expected, *, patch: str) -> Any:
         """Return ``owner.name``; raise :class:`PatchedFunctionChanged` (one line) when its
-        fingerprint is not ``expected``. ``expected=None`` only checks the attribute exists."""
+        fingerprint is not ``expected`` (any of a mapping's). ``None`` only checks it exists."""
         current = getattr(owner, name, _MISSING)
         where = _describe(owner, name)
         if current is _MISSING:
             raise PatchedFunctionChanged(
                 f"megatron_endprompt.runtime: patch {patch!r} needs {where}, which this "
                 "installation lacks; update megatron_endprompt/runtime for it")
-        if expected is not None and (got := fingerprint(current)) != expected:
+        if expected is None:
+            return current
+        accepted = dict(expected) if isinstance(expected, Mapping) else {"": expected}
+        if (got := fingerprint(current)) not in accepted.values():
+            written = ", ".join(f"{fp} ({v})" if v else fp for v, fp in accepted.items())
             raise PatchedFunctionChanged(
                 f"megatron_endprompt.runtime: {where} changed (fingerprint {got}, patch "
-                f"{patch!r} was written for {expected}); re-check the patch against the "
+                f"{patch!r} was written for {written}); re-check the patch against the "
                 "installed Megatron-Core and update megatron_endprompt/runtime")
         return current
 
     def replace(self, owner: Any, name: str, value: Any, *, patch: str,
-                expected: str | None = None, must_exist: bool = True) -> Any:
+                expected: Expected = None, must_exist: bool = True) -> Any:
         """``owner.name = value``, remembering the original; returns the original.
 
         ``expected``: fingerprint the original must have (see :func:`fingerprint`);

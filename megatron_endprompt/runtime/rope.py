@@ -2,7 +2,7 @@
 Megatron's default with TE).
 
 EndPrompt micro-batches whose rows have different layouts carry freqs ``[S, B, 1, D]``; TE's
-fused kernel takes only ``[S, 1, 1, D]``. Megatron 0.19's ``rope_utils.apply_rotary_pos_emb``
+fused kernel takes only ``[S, 1, 1, D]``. Megatron 0.18-0.20's ``rope_utils.apply_rotary_pos_emb``
 calls the module global ``fused_apply_rotary_pos_emb`` when ``config.apply_rope_fusion``; this
 patch puts a router there: ``[S, B>1, 1, D]`` goes to Megatron's unfused
 ``_apply_rotary_pos_emb_bshd``, everything else (shared layouts) still to TE.
@@ -16,11 +16,20 @@ from megatron_endprompt.runtime.ledger import Ledger
 
 _PATCH = "rope-fallback"
 
-#: Fingerprints of the Megatron-Core 0.19.2 code the router relies on: the caller that reads
-#: the global (keyword ``interleaved``), and the unfused kernel it routes to.
-FINGERPRINTS: dict[str, str] = {
-    "apply_rotary_pos_emb": "f582e45a6585",
-    "_apply_rotary_pos_emb_bshd": "63027296b981",
+#: Fingerprints, per reviewed release (0.20.0 = Megatron-LM main d98e8a64), of the code the
+#: router relies on: the caller that reads the global (keyword ``interleaved``), and the
+#: unfused kernel it routes to (``rotary_interleaved`` keyword in all three).
+FINGERPRINTS: dict[str, dict[str, str]] = {
+    "apply_rotary_pos_emb": {
+        "0.18.2": "6b55f0234785",
+        "0.19.2": "f582e45a6585",
+        "0.20.0": "443873905f74",
+    },
+    "_apply_rotary_pos_emb_bshd": {
+        "0.18.2": "3a8beadeb7a2",
+        "0.19.2": "63027296b981",
+        "0.20.0": "c3dee9727de8",
+    },
 }
 
 

@@ -3,8 +3,9 @@
 Installed by ``runtime.install()`` always (GPU runs need them as much as the CPU layer does):
 the wheel ships no Makefile for the dataset helpers (stock ``compile_helpers()`` calls
 ``sys.exit(1)`` at start-up), ``torch_dist`` saves need ``psutil`` for a debug line, and the
-distributed optimizer with the torch-Adam fallback cannot resume. Written against
-Megatron-Core 0.19.2; :data:`FINGERPRINTS` pins the functions patched.
+distributed optimizer with the torch-Adam fallback cannot resume. Reviewed against
+Megatron-Core 0.18.2, 0.19.2 and main (0.20.0); :data:`FINGERPRINTS` pins the functions patched,
+:mod:`.versions` holds what differs (0.18 has no ``optimizer_state_keys``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,23 @@ import functools
 import torch
 
 from megatron_endprompt.runtime.ledger import Ledger
+from megatron_endprompt.runtime.versions import megatron_features, optimizer_state_key_dtypes
 
 _PATCH = "wheel"
 
 #: Fingerprints (:func:`~megatron_endprompt.runtime.ledger.fingerprint`) of the Megatron-Core
-#: 0.19.2 functions these fixes wrap or replace.
-FINGERPRINTS: dict[str, str] = {
-    "compile_helpers": "5a35bf59f816",
-    "_process_memory": "d2ff0b0c6612",
-    "state_dict": "6cd723748cff",
-    "_set_main_param_and_optimizer_states": "26700b0b27e4",
-    "load_state_dict": "cd62563b01bb",
+#: functions these fixes wrap or replace, per reviewed release (0.20.0 = Megatron-LM main
+#: d98e8a64); each release's diff was read against the patch.
+FINGERPRINTS: dict[str, dict[str, str]] = {
+    "compile_helpers": {"0.18.2, 0.19.2, 0.20.0": "5a35bf59f816"},
+    "_process_memory": {"0.18.2, 0.19.2, 0.20.0": "d2ff0b0c6612"},
+    "state_dict": {"0.18.2, 0.19.2, 0.20.0": "6cd723748cff"},
+    "_set_main_param_and_optimizer_states": {"0.18.2, 0.19.2, 0.20.0": "26700b0b27e4"},
+    "load_state_dict": {
+        "0.18.2": "44770961195d",
+        "0.19.2": "cd62563b01bb",
+        "0.20.0": "cd62563b01bb",
+    },
 }
 
 
@@ -97,8 +104,8 @@ def patch_dist_optimizer_state_template(ledger: Ledger) -> None:
             for group in self.optimizer.param_groups:
                 for param in group["params"]:
                     state = self.optimizer.state[param]
-                    for key in self.optimizer_state_keys:
-                        state[key] = torch.zeros_like(param, dtype=self._get_state_key_dtype(key))
+                    for key, dtype in optimizer_state_key_dtypes(self):
+                        state[key] = torch.zeros_like(param, dtype=dtype)
                     state["step"] = torch.tensor(0.0)
         return original(self)
 
@@ -158,8 +165,25 @@ def patch_dist_optimizer_adam_step(ledger: Ledger) -> None:
     ledger.replace(DistributedOptimizer, "load_state_dict", load_state_dict, patch=_PATCH)
 
 
+def check_helpers(ledger: Ledger) -> None:
+    """The Megatron names the fixes' bodies call (not patched, so not fingerprinted) must exist:
+    a release that drops one fails here, at install, not at the first resume."""
+    import megatron.core.optimizer.distrib_optimizer as dist_opt
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+
+    ledger.check(dist_opt, "HAVE_APEX_OR_TE", None, patch=_PATCH)
+    ledger.check(DistributedDataParallelConfig, "use_megatron_fsdp", None, patch=_PATCH)
+    if megatron_features().optimizer_state_keys:
+        ledger.check(dist_opt.DistributedOptimizer, "_get_state_key_dtype", None, patch=_PATCH)
+    else:
+        for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+            ledger.check(OptimizerConfig, name, None, patch=_PATCH)
+
+
 def install_wheel_fixes(ledger: Ledger) -> None:
     """Apply every wheel fix through ``ledger``."""
+    check_helpers(ledger)
     patch_compile_helpers(ledger)
     patch_checkpoint_writer_without_psutil(ledger)
     patch_dist_optimizer_state_template(ledger)

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         resolve_endprompt_args,
     )
     from megatron_endprompt.training.checks import check_startup, parse_args_checked
+    from megatron_endprompt.runtime.versions import call_pretrain
     from megatron_endprompt.training.long_eval import long_eval_hook
     from megatron_endprompt.training.providers import (
         datasets_provider,
@@ -96,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")
     cfg = pretrain_cfg_container_from_args(args)
-    pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
-             model_provider=model_provider, non_loss_data_func=long_eval)
+    call_pretrain(pretrain, cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
+                  model_provider=model_provider, non_loss_data_func=long_eval)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain
+
+    from megatron_endprompt.runtime.versions import call_pretrain
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
@@ -188,13 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *CPU_FLAGS, *TINY_LLAMA_FLAGS, *user_args]
     args = parse_and_validate_args(extra_args_provider=add_driver_args)
     cfg = pretrain_cfg_container_from_args(args)
-    pretrain(
-        cfg,
-        train_valid_test_datasets_provider,
-        ModelType.encoder_or_decoder,
-        forward_step,
-        model_provider=model_provider,
-    )
+    call_pretrain(pretrain, cfg, train_valid_test_datasets_provider,
+                  ModelType.encoder_or_decoder, forward_step, model_provider=model_provider)
 
 
 if __name__ == "__main__":

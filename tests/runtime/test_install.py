@@ -9,6 +9,7 @@ refused with one line, leaving nothing patched.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -161,17 +162,24 @@ def test_fingerprint_ignores_docstrings_and_comments_not_code(tmp_path) -> None:
     assert fingerprint(a) == fingerprint(b) != fingerprint(c)
 
 
-def test_unknown_megatron_version_is_refused(monkeypatch) -> None:
-    """The one version gate: a minor release the runtime was not written for fails loudly,
-    before anything is patched; the model constructor uses the same gate."""
+@pytest.mark.parametrize("version, reason", [
+    ("0.21.0", "newer releases are unreviewed"),
+    ("0.17.1", "lack megatron.training's config-container pretrain entry"),
+    ("0.16.1", "lack megatron.training's config-container pretrain entry"),
+])
+def test_unsupported_megatron_version_is_refused(monkeypatch, version, reason) -> None:
+    """The one version gate: outside ``>=0.18,<0.21`` install fails with one line naming the
+    reason, before anything is patched; the model constructor uses the same gate."""
     from megatron.core import package_info
 
     from megatron_endprompt import runtime
 
-    assert runtime.check_megatron_version().startswith("0.19.")
-    monkeypatch.setattr(package_info, "__version__", "0.20.0")
-    with pytest.raises(RuntimeError, match="0.20.0 is not supported"):
+    assert runtime.check_megatron_version().split(".")[:2] in (["0", "18"], ["0", "19"],
+                                                               ["0", "20"])
+    monkeypatch.setattr(package_info, "__version__", version)
+    with pytest.raises(RuntimeError, match=f"{version} is not supported") as info:
         runtime.install(cpu=False)
+    assert reason in str(info.value) and "\n" not in str(info.value)
     assert runtime.patches() == []
 
 
@@ -195,3 +203,56 @@ def test_ledger_restores_inherited_and_missing_attributes() -> None:
     assert ledger.restore() == 3
     assert obj.f() == Child().f() == "base"
     assert "f" not in vars(obj) and "f" not in vars(Child) and not hasattr(module_like, "new")
+
+
+def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te() -> None:
+    """On a (faked) GPU machine ``install()`` patches exactly the wheel fixes, plus the TE RoPE
+    router once TE's fused kernel is importable (faked: the real package is absent here);
+    nothing of the CPU layer, whatever TE's presence."""
+    proc = _run_python("""
+        import json, torch
+        torch.cuda.is_available = lambda: True
+        import megatron.core.dist_checkpointing.strategies.filesystem_async as fs_async
+        from megatron.core.models.common.embeddings import rope_utils
+        from megatron_endprompt import runtime
+
+        out = {"psutil": bool(getattr(fs_async, "HAVE_PSUTIL", True))}
+        out["no_te"] = [runtime.install(), runtime.patches()]
+        runtime.uninstall()
+        rope_utils.fused_apply_rotary_pos_emb = lambda t, freqs, **kw: t   # TE importable
+        out["te"] = [runtime.install(), runtime.patches()]
+        print("RESULT" + json.dumps(out))
+    """)
+    out = json.loads(proc.stdout.split("RESULT", 1)[1])
+    opt = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer."
+    wheel = [["wheel", "megatron.core.datasets.utils.compile_helpers"]]
+    if not out["psutil"]:
+        wheel.append(["wheel", "megatron.core.dist_checkpointing.strategies.filesystem_async."
+                               "_process_memory"])
+    wheel += [["wheel", opt + name] for name in
+              ("state_dict", "_set_main_param_and_optimizer_states", "load_state_dict")]
+    assert out["no_te"] == [{"wheel": True, "rope": False, "cpu": False}, wheel]
+    assert out["te"] == [{"wheel": True, "rope": True, "cpu": False}, wheel + [
+        ["rope-fallback", "megatron.core.models.common.embeddings.rope_utils."
+                          "fused_apply_rotary_pos_emb"]]]
+
+
+def test_ledger_accepts_any_reviewed_release_fingerprint() -> None:
+    """Fingerprints are kept per reviewed release: a function equal to any of them is patched
+    (old code compared with one 0.19 fingerprint and refused 0.18's and main's); one equal to
+    none is refused with one line naming every reviewed release."""
+    from megatron_endprompt.runtime import Ledger, PatchedFunctionChanged, fingerprint
+
+    def f(x):
+        return x + 1
+
+    owner = type("Owner", (), {"f": staticmethod(f)})
+    ledger = Ledger()
+    ledger.replace(owner, "f", lambda x: x, patch="t",
+                   expected={"0.18.2": "000000000000", "0.19.2": fingerprint(f)})
+    assert ledger.restore() == 1
+    with pytest.raises(PatchedFunctionChanged) as info:
+        ledger.check(owner, "f", {"0.18.2": "000000000000", "0.20.0": "111111111111"},
+                     patch="t")
+    assert "000000000000 (0.18.2), 111111111111 (0.20.0)" in str(info.value)
+    assert "\n" not in str(info.value)
