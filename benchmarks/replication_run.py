@@ -120,7 +120,8 @@ def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> li
             "e": ["--placement", "random", "--pose-chunks", "2", "--terminal-source",
                   "continuation", "--terminal-length", "1", "--terminal-loss-weight", "1"],
             "f": ["--placement", "random", "--pose-chunks", "2", *tail],
-            "g": ["--placement", "fixed", "--terminal-source", "prompt",
+            "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
+                  "ep1-3",  # the committed (g) results used the mixture, the old default
                   "--terminal-loss-weight", f"{prompt_w:g}"]}[method]
 
 
