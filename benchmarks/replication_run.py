@@ -25,6 +25,8 @@ from megatron_endprompt.errors import run_cli
 
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\): ([0-9.]+)")
 EVAL_TASKS = ("niah_single_1", "passkey")
+#: RULER tasks no fine-tuning document contains (issue 24): tables mark them held-out.
+HELD_OUT_TASKS = ("niah_multikey_2", "niah_multivalue", "vt")
 PASSKEY_DEPTHS = "0,0.25,0.5,0.75,1"
 
 
@@ -152,6 +154,10 @@ def evaluate(hf: str, out_prefix: str, c: dict, ppl_data: str) -> dict:
     depths = PASSKEY_DEPTHS if c["samples"] >= 5 else "0.5"
     tool(ev.main, [*common, "--tasks", "passkey", "--depths", depths, "--samples",
                    str(per_depth), "--output", out_prefix + "_passkey.json"], quiet=True)
+    held = [t for t in HELD_OUT_TASKS if t in str(c.get("held_out", "")).split(",")]
+    if held:
+        tool(ev.main, [*common, "--tasks", ",".join(held), "--samples", str(c["samples"]),
+                       "--output", out_prefix + "_held.json"], quiet=True)
     with open(out_prefix + "_niah.json", encoding="utf-8") as f:
         niah = json.load(f)
     with open(out_prefix + "_passkey.json", encoding="utf-8") as f:
@@ -161,6 +167,10 @@ def evaluate(hf: str, out_prefix: str, c: dict, ppl_data: str) -> dict:
     out = {"counts": {"niah_single_1": stats.counts(niah, "niah_single_1"),
                       "passkey": stats.counts(pk, "passkey")},
            "ppl": ppl, "eval_s": round(time.time() - t0, 1)}
+    if held:
+        with open(out_prefix + "_held.json", encoding="utf-8") as f:
+            ho = json.load(f)
+        out["counts"].update({t: stats.counts(ho, t) for t in held})
     line = " ".join(f"{t}@{n}={k:.0f}/{m}" for t in EVAL_TASKS
                     for n, (k, m) in out["counts"][t].items())
     print(f"  eval {os.path.basename(out_prefix)}: {line} ppl={ppl} ({out['eval_s']:.0f} s)",
