@@ -87,7 +87,7 @@ SIZES = {
                  log_interval=10, lengths="320,480,640", samples=100, eval_batch=25,
                  ppl_docs=12, ppl_windows=12,
                  methods="a,b,c,d,e,f,g,h,d0,a1,g1p,g1n", sweep_b=[32, 80],
-                 held_out="niah_multikey_2,niah_multivalue,vt"),
+                 held_out="niah_multikey_2,niah_multivalue,niah_multiquery"),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
                   L0=128, L=384,
                   P=128, ratio=None,
@@ -95,7 +95,7 @@ SIZES = {
                   ft_lr=3e-4, ft_warmup=None, ft_min=None,
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
-                  methods="a,c,d0,a1,g1p", held_out="niah_multikey_2,niah_multivalue,vt"),
+                  methods="a,c,d0,g1p", held_out="niah_multikey_2"),
 }
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
