@@ -61,7 +61,8 @@ def test_prompt_terminals_default_to_a_small_weight(run_tool, spm_args, tmp_path
     """w = 0.1 for prompt terminals when not given; other sources keep 1.0; an explicit w wins."""
     for name, extra, w in (("p", ("--terminal-source", "prompt"), 0.1),
                            ("c", ("--terminal-source", "continuation"), 1.0),
-                           ("e", ("--terminal-source", "prompt", "--terminal-loss-weight", 1), 1.0)):
+                           ("e", ("--terminal-source", "prompt",
+                                  "--terminal-loss-weight", 1), 1.0)):
         _run(run_tool, spm_args(tmp_path / name, *extra))
         layout = read_sidecar(sidecar_path(str(tmp_path / name))).layout
         assert layout.terminal_loss_weight == pytest.approx(w), name
