@@ -32,10 +32,9 @@ retrieval at ``L0`` (``benchmarks/README.md``).
 (h) **full-length fine-tuning at equal tokens** (the second view): (b) with
     ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g).
 
-(e) and (g) train on ``P``-token windows of the same documents' stream: PoSE keeps the text
-contiguous, so a window rarely holds both a fact and its recall (they are ``P - fact_span``
-to ``L`` tokens apart) --
-exactly the dependency that EndPrompt's document-tail terminal puts into one sample.
+(e), (g) train on ``P``-token windows of the documents' stream, which rarely hold a fact and
+its recall. Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
+differences (d)-(b), (d)-(d0), (g1p)-(g1n) go to ``results["paired"]``.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
 with 2 CPU ranks, the converter, the evaluator: RULER ``niah_single_1`` and landmark passkey,
@@ -46,7 +45,6 @@ Statistics: ``replication_stats.py``; tables and figure: ``replication_report.py
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -56,6 +54,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import replication_controls as controls  # noqa: E402
+from replication_args import build_parser  # noqa: E402,F401 - mini.build_parser stays
 import replication_data as data  # noqa: E402
 import replication_report as report  # noqa: E402
 import replication_run as run  # noqa: E402
@@ -70,6 +70,10 @@ METHODS = {
     "f": "ET(PoSE)",
     "g": "EndPrompt prompt EP1-3",
     "h": "full-length FT, equal tokens",
+    "d0": "(d), no jump (contiguous)",
+    "a1": "PI + short FT, stream windows",
+    "g1p": "short-range docs + EP1 terminal",
+    "g1n": "short-range docs, no terminal",
 }
 
 #: ``full``: the README tables; ``smoke``: CI (launch overhead dominates).
@@ -81,7 +85,9 @@ SIZES = {
                  ft_docs=8, ft_lr=1e-3, ft_warmup=30, ft_min=None, terminal=64, w=1.0,
                  prompt_w=0.1, fact_span=80,
                  log_interval=10, lengths="320,480,640", samples=100, eval_batch=25,
-                 ppl_docs=12, ppl_windows=12, methods="a,b,c,d,e,f,g,h", sweep_b=[32, 80]),
+                 ppl_docs=12, ppl_windows=12,
+                 methods="a,b,c,d,e,f,g,h,d0,a1,g1p,g1n", sweep_b=[32, 80],
+                 held_out="niah_multikey_2,niah_multivalue,niah_multiquery"),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
                   L0=128, L=384,
                   P=128, ratio=None,
@@ -89,43 +95,13 @@ SIZES = {
                   ft_lr=3e-4, ft_warmup=None, ft_min=None,
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
-                  methods="a,c"),
+                  methods="a,c,d0,g1p", held_out="niah_multikey_2"),
 }
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
              "base_iters", "base_mb", "base_lr")
 #: Configuration that shapes an evaluation (with the checkpoint and its window).
-EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--smoke", action="store_true", help="CI form: tiniest sizes, few iterations")
-    p.add_argument("--methods", default=None, help="comma list of a..h (default: all; "
-                                                   "--smoke: a,c)")
-    p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per method")
-    p.add_argument("--sweep", action="store_true",
-                   help="also sweep b, w and s on the best placement (seed 0): second table")
-    p.add_argument("--workdir", default=None, help="default benchmarks/out/mini_replication_work"
-                                                   " (_smoke); the base checkpoint is cached "
-                                                   "there")
-    p.add_argument("--out", default=None, help="result JSON (.md and .png go beside it)")
-    p.add_argument("--resume", action="store_true",
-                   help="reuse finished method runs of the same configuration in --workdir")
-    p.add_argument("--split-digits", action=argparse.BooleanOptionalAction, default=None,
-                   help="SentencePiece split_digits (a digit per token, as Llama-2; the "
-                        "default): the base then retrieves ~100%% at L0; --no-split-digits: "
-                        "merged digit groups, the earlier published base (benchmarks/README.md)")
-    for flag, key, typ in (("--base-iters", "base_iters", int), ("--ft-iters", "ft_iters", int),
-                           ("--ft-lr", "ft_lr", float), ("--ft-docs", "ft_docs", int),
-                           ("--pi-factor", "ratio", int), ("--terminal-length", "terminal", int),
-                           ("--target-length", "L", int), ("--seq-length", "P", int),
-                           ("--fact-span", "fact_span", int), ("--base-lr", "base_lr", float),
-                           ("--ft-warmup", "ft_warmup", int), ("--ft-min-tokens", "ft_min", int),
-                           ("--terminal-loss-weight", "w", float),
-                           ("--samples", "samples", int), ("--lengths", "lengths", str)):
-        p.add_argument(flag, dest=key, type=typ, default=None, help=f"override {key}")
-    return p
+EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows", "held_out")
 
 
 class Replication:
@@ -216,6 +192,12 @@ class Replication:
                         max_tokens=self.L + 64, seed=13, count=count, fact_span=None,
                         kinds=("fact",), probs=(1.0,))
         print(f"fine-tuning data: {n} documents of {lo}..{self.L - 1} tokens (+EOD)", flush=True)
+        wanted = c["methods"].split(",")
+        if "a1" in wanted:  # the same documents as one stream, Megatron's P-token windows
+            data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_stream"), self.spm)
+        if "g1p" in wanted or "g1n" in wanted:
+            controls.write_short_docs(self.w("g1.jsonl"), c, count, 3 * n)
+            data.write_plain_prefix(self.w("g1.jsonl"), self.w("g1_plain"), self.spm)
 
     def export_eval(self, ckpt: str, tag: str, *, target: int | None,
                     pi: float | None, cache: bool = False) -> dict:
@@ -257,16 +239,26 @@ class Replication:
                       replay=True, eod_mask=True)  # the EOD padding is not trained
             if m == "h":  # the tokens per step of the methods that train on P tokens
                 docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
+        elif m in controls.PLAIN_STREAM:  # contiguous P-token windows of a document stream
+            kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2), replay=True,
+                      data_prefix=self.w("ft_stream" if m == "a1" else "g1_plain"))
         else:
             from megatron_endprompt.cli import preprocess
+            from megatron_endprompt.data.sidecar import sidecar_path
 
             prefix = self.w(f"ft_{tag}")
+            lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
+            flags = controls.layout_flags(m, **lay) if m in ("d0", "g1p") else \
+                run.layout_flags(m, **lay)
             run.tool(preprocess.main, [
-                "--input", self.w("ft.jsonl"), "--output-prefix", prefix,
+                "--input", self.w("g1.jsonl" if m == "g1p" else "ft.jsonl"),
+                "--output-prefix", prefix,
                 "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", self.spm,
                 "--seq-length", str(self.P), "--target-length", str(self.L), "--append-eod",
                 "--workers", "1", "--no-progress", "--seed", str(ft_seed),
-                *run.layout_flags(m, terminal=terminal, w=w, prompt_w=c["prompt_w"])])
+                *flags])
+            if m == "d0":  # (d)'s own samples (same seed), positions made contiguous
+                controls.make_contiguous(sidecar_path(prefix))
             kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2),
                       data_prefix=prefix)
         entry = {"name": METHODS[m], "sig": sig, "seed": seed,
@@ -297,6 +289,17 @@ def best_placement(summary: dict, L: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.length_grid:  # one invocation per L; the base is shared through the work directory
+        argv = list(sys.argv[1:] if argv is None else argv)
+        i = argv.index("--length-grid")
+        rest = argv[:i] + argv[i + 2:]
+        here = os.path.dirname(os.path.abspath(__file__))
+        stem = os.path.splitext(args.out or os.path.join(
+            here, "out", "mini_replication" + ("_smoke" if args.smoke else "")))[0]
+        for L in (int(x) for x in args.length_grid.split(",")):
+            main([*rest, "--target-length", str(L), "--lengths", f"{L // 2},{L}",
+                  "--out", f"{stem}_L{L}.json"])
+        return 0
     c = dict(SIZES["smoke" if args.smoke else "full"])
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
     c["ratio"] = c["ratio"] or -(-c["L"] // c["L0"])  # s = ceil(L / L0)
@@ -352,10 +355,15 @@ def main(argv: list[str] | None = None) -> int:
                 results["methods"][m]["seeds"][str(seed)] = rep.method(m, seed)
         timings[f"seed{seed}_s"] = time.time() - t0
         print(f"seed {seed}: {timings[f'seed{seed}_s'] / 60:.1f} min", flush=True)
-    tasks = list(run.EVAL_TASKS)
+    tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in c["held_out"].split(","))]
     results["summary"] = {m: stats.summarize(e["seeds"], tasks)
                           for m, e in results["methods"].items()}
     results["summary"]["base"] = stats.summarize({"-": results["base"]["eval"]}, tasks)
+    seeds = {m: e["seeds"] for m, e in results["methods"].items()}
+    results["paired"] = {f"{x}-{y}": {t: {n: stats.paired_difference(seeds[x], seeds[y], t, n)
+                                          for n in c["lengths"].split(",")} for t in tasks}
+                         for x, y in (("d", "b"), ("d", "d0"), ("g1p", "g1n"))
+                         if x in seeds and y in seeds}
     if args.sweep:
         t0 = time.time()
         place = best_placement(results["summary"], rep.L)

@@ -17,7 +17,17 @@ import sys
 import replication_stats as stats
 
 TASKS = ("niah_single_1", "passkey")
-SHORT = {"niah_single_1": "NIAH", "passkey": "passkey"}
+#: Held-out RULER tasks (no fine-tuning document holds them); shown where the JSON has them.
+HELD_OUT = ("niah_multikey_2", "niah_multivalue", "niah_multiquery")
+SHORT = {"niah_single_1": "NIAH (in-dist.)", "passkey": "passkey (in-dist.)",
+         "niah_multikey_2": "MK2 (held-out)", "niah_multivalue": "MV (held-out)",
+         "niah_multiquery": "MQ (held-out)"}
+
+
+def _tasks(results: dict) -> tuple[str, ...]:
+    """The in-distribution tasks, then the held-out ones any method was evaluated on."""
+    have = {t for s in results["summary"].values() for t in s}
+    return TASKS + tuple(t for t in HELD_OUT if t in have)
 
 
 def _mean(entries: list[dict], key: str) -> float | None:
@@ -30,9 +40,9 @@ def _lengths(results: dict) -> list[str]:
 
 
 def main_table(results: dict) -> str:
-    lengths, summ = _lengths(results), results["summary"]
+    lengths, summ, tasks = _lengths(results), results["summary"], _tasks(results)
     head = ["method", "tokens/step", "step vs (b)", "RSS vs (b)"]
-    head += [f"{SHORT[t]} {n}" for t in TASKS for n in lengths]
+    head += [f"{SHORT[t]} {n}" for t in tasks for n in lengths]
     head += [f"PPL {n}" for n in lengths]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ref = list(results["methods"].get("b", {}).get("seeds", {}).values())
@@ -44,13 +54,32 @@ def main_table(results: dict) -> str:
         cells = [label, f"{tps:,}" if tps else "-",
                  f"{step / ref_step:.2f}x" if step and ref_step else "-",
                  f"{rss / ref_rss:.2f}x" if rss and ref_rss else "-"]
-        cells += [stats.fmt_cell(s.get(t, {}).get(n)) for t in TASKS for n in lengths]
+        cells += [stats.fmt_cell(s.get(t, {}).get(n)) for t in tasks for n in lengths]
         ppl = s.get("ppl", {})
         cells += [f"{ppl[n]['mean']:.2f}" if n in ppl else "n/a" for n in lengths]
         return "| " + " | ".join(cells) + " |"
     rows.append(row("base, s=1 (no PI)", summ["base"], []))
     for m, e in results["methods"].items():
         rows.append(row(f"({m}) {e['name']}", summ[m], list(e["seeds"].values())))
+    return "\n".join(rows)
+
+
+def paired_table(results: dict) -> str:
+    """Differences of accuracy paired by seed (points, Student-t 95% interval)."""
+    paired = results.get("paired") or {}
+    if not paired:
+        return ""
+    rows = ["| difference | task | length | mean (points) | 95% interval | seeds |",
+            "|---|---|---|---|---|---|"]
+    for name, by_task in paired.items():
+        for t, by_len in by_task.items():
+            for n, d in by_len.items():
+                if d is None:
+                    continue
+                ci = "n/a (1 seed)" if d["t95"] is None else \
+                    f"[{100 * d['t95'][0]:+.0f}, {100 * d['t95'][1]:+.0f}]"
+                rows.append(f"| ({name.replace('-', ') - (')}) | {SHORT.get(t, t)} | {n} | "
+                            f"{100 * d['mean']:+.1f} | {ci} | {len(d['per_seed'])} |")
     return "\n".join(rows)
 
 
@@ -158,6 +187,10 @@ def write_all(results: dict, out_json: str) -> list[str]:
     """``.md`` (tables + notes) and ``.png`` beside ``out_json``; returns the paths."""
     stem = os.path.splitext(out_json)[0]
     text = main_table(results) + "\n\n" + notes(results) + "\n"
+    paired = paired_table(results)
+    if paired:
+        text += "\nDifferences paired by seed (same evaluation prompts per seed):\n\n" + \
+            paired + "\n"
     sw = sweep_table(results)
     if sw:
         text += f"\nSweep on the best placement ({results['sweep']['placement']}), one seed:\n\n" \

@@ -90,3 +90,26 @@ def fmt_cell(c: dict | None) -> str:
         return "n/a"
     lo, hi = c["shown"]
     return f"{100 * c['mean']:.0f} [{100 * lo:.0f}-{100 * hi:.0f}]"
+
+
+def paired_difference(x: dict[str, dict], y: dict[str, dict], task: str,
+                      length: str) -> dict | None:
+    """Accuracy difference ``x - y`` of one cell, paired by seed (both methods are evaluated
+    on the same prompts per seed): ``{"mean", "per_seed", "t95"}`` with a Student-t 95%
+    interval of the per-seed differences (in [-1, 1]; ``None`` for one shared seed). ``x``,
+    ``y``: ``{seed: {"counts": {task: {length: [k, n]}}}}``; ``None`` without a shared seed."""
+    diffs = []
+    for seed in sorted(set(x) & set(y)):
+        a = x[seed]["counts"].get(task, {}).get(length)
+        b = y[seed]["counts"].get(task, {}).get(length)
+        if a and b and a[1] and b[1]:
+            diffs.append(a[0] / a[1] - b[0] / b[1])
+    if not diffs:
+        return None
+    s, mean = len(diffs), sum(diffs) / len(diffs)
+    t = None
+    if s >= 2:
+        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (s - 1))
+        half = T975.get(s - 1, 1.96) * sd / math.sqrt(s)
+        t = [max(-1.0, mean - half), min(1.0, mean + half)]
+    return {"mean": mean, "per_seed": diffs, "t95": t}

@@ -20,8 +20,10 @@ per sample instead of a per-token array.
 
 Loss weights are assigned by the *label* being predicted: ``loss_mask[i]`` weights the
 prediction of token ``i + 1``. Predictions of context tokens (``i < a - 1``) get
-``context_loss_weight``; predictions of terminal tokens, the first one included, and of the
-label token after the sample get ``terminal_loss_weight``.
+``context_loss_weight``; predictions of terminal tokens, the first one included, get
+``terminal_loss_weight``. The prediction of the label token after the sample gets it too — except
+for a *prompt* terminal (``predict_after_terminal=False``), where it gets 0: the paper's objective
+has no prediction after the last prompt token (the text does not continue the prompt).
 """
 
 from __future__ import annotations
@@ -162,11 +164,16 @@ def positions_from_record(record: np.ndarray, seq_length: int) -> np.ndarray:
 
 
 def loss_weights_from_record(
-    record: np.ndarray, seq_length: int, *, context_weight: float, terminal_weight: float
+    record: np.ndarray, seq_length: int, *, context_weight: float, terminal_weight: float,
+    predict_after_terminal: bool = True,
 ) -> np.ndarray:
-    """Loss weights ``[P]`` (float32): ``[i]`` weights the prediction of token ``i + 1``."""
+    """Loss weights ``[P]`` (float32): ``[i]`` weights the prediction of token ``i + 1``;
+    ``predict_after_terminal=False`` (prompt terminals) sets ``[P - 1]``, the prediction after
+    the terminal's last token, to 0."""
     weights = np.full(seq_length, context_weight, dtype=np.float32)
     weights[int(record[0]) - 1 :] = terminal_weight
+    if not predict_after_terminal:
+        weights[-1] = 0.0
     return weights
 
 

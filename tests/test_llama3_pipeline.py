@@ -29,6 +29,7 @@ def _preprocess(run_tool, llama3_args, prefix, source):
 
     rc, out, err = run_tool(preprocess_cli.main, llama3_args(
         prefix, "--terminal-source", source, "--placement", "random",
+        *(("--terminal-prompts", "ep1-3") if source == "prompt" else ()),
         "--terminal-loss-weight", 0.5, "--summary-json"))
     assert rc == 0, err
     data = IndexedDataset(str(prefix))
@@ -43,7 +44,7 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
     from transformers import AutoTokenizer
 
     from megatron_endprompt.cli.convert import main as convert_main
-    from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, EOD_PROMPT
+    from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT
     from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
     from megatron_endprompt.evaluation.perplexity import run_doc_perplexity
     from megatron_endprompt.evaluation.runner import greedy_generate, load_model, load_tokenizer
@@ -70,7 +71,8 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
                     assert bos not in s[a:].tolist(), (source, s[a:])
         if source == "prompt":
             assert list(summary["prompt_ids"]) == list(BUILTIN_PROMPTS)
-            assert summary["prompt_ids"][EOD_PROMPT] == [end], "EP2 is <|end_of_text|>"
+            eot = original.convert_tokens_to_ids("<|eot_id|>")
+            assert summary["prompt_ids"][EOT_PROMPT] == [eot], "EP2 is <|eot_id|> (the paper's)"
             assert all(bos not in ids for ids in summary["prompt_ids"].values())
             assert min(summary["prompt_counts"].values()) > 0
 
@@ -103,7 +105,8 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
     exported = load_tokenizer(hf_dir)
     with open(f"{hf_dir}/tokenizer_config.json") as f:  # transformers 4.x loads it too
         assert json.load(f)["tokenizer_class"] == "PreTrainedTokenizerFast"
-    texts = [*spm_corpus.texts[:5], *[p for p in BUILTIN_PROMPTS if p != EOD_PROMPT],
+    texts = [*spm_corpus.texts[:5],
+             *[p for p in BUILTIN_PROMPTS if p not in (EOD_PROMPT, EOT_PROMPT)],
              "<|eot_id|>", "Mixed <|end_of_text|> text."]
     for text in texts:
         assert exported(text).input_ids == original(text).input_ids \

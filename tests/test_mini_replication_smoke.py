@@ -149,7 +149,12 @@ def test_smoke_run_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     cfg = res["config"]
-    assert set(res["methods"]) == {"a", "c"} and cfg["ratio"] == 3  # s = ceil(384 / 128)
+    assert set(res["methods"]) == {"a", "c", "d0", "g1p"} and cfg["ratio"] == 3  # s = 384/128
+    for m in ("d0", "g1p"):  # the controls of issue 24 train and are evaluated
+        e = res["methods"][m]["seeds"]["0"]
+        assert e["losses"] and res["summary"][m]["passkey"]["384"]["n"] > 0
+    assert res["summary"]["c"]["niah_multikey_2"]["384"]["n"] == cfg["samples"]  # held-out
+    assert "MK2 (held-out) 384" in (tmp_path / "result.md").read_text()
     assert res["base"]["train"]["step_ms"] > 0
     c = res["methods"]["c"]["seeds"]["0"]
     assert c["tokens_trained"] == cfg["ft_iters"] * cfg["ft_docs"] * cfg["P"]
@@ -164,3 +169,74 @@ def test_smoke_run_end_to_end(tmp_path):
     table = (tmp_path / "result.md").read_text()
     assert "| (c) EndPrompt fixed |" in table and "| base, s=1 (no PI) |" in table
     assert (tmp_path / "result.png").stat().st_size > 1000
+
+
+# -- issue 24: controls, held-out columns, paired differences --------------------------------
+import replication_controls as controls  # noqa: E402
+
+
+def test_d0_is_d_with_contiguous_positions(run_tool, spm_args, tmp_path):
+    """(d0): the very samples of (d) (same seed, tokens and loss weights), T = a."""
+    import numpy as np
+
+    from megatron_endprompt.cli import preprocess as preprocess_cli
+    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.spans import sample_reader
+    from megatron_endprompt.layout import positions_from_record
+
+    assert controls.layout_flags("d0", terminal=8, w=1.0, prompt_w=0.1) == \
+        run.layout_flags("d", terminal=8, w=1.0, prompt_w=0.1)
+    prefix = str(tmp_path / "d")
+    rc, _, err = run_tool(preprocess_cli.main, spm_args(
+        prefix, *controls.layout_flags("d0", terminal=8, w=1.0, prompt_w=0.1)))
+    assert rc == 0, err
+    before = read_sidecar(sidecar_path(prefix))
+    read = sample_reader(prefix, before)
+    tokens = [np.asarray(read(i)).copy() for i in range(before.header.num_samples)]
+    old = np.array(before.records)
+    assert np.any(old[:, 1] > old[:, 0])  # (d) jumps
+    n = controls.make_contiguous(sidecar_path(prefix))
+    after = read_sidecar(sidecar_path(prefix))
+    P = after.layout.seq_length
+    assert n == len(tokens) and np.array_equal(np.array(after.records)[:, 0], old[:, 0])
+    read = sample_reader(prefix, after)
+    for i, rec in enumerate(np.array(after.records)):
+        assert np.array_equal(positions_from_record(rec, P), np.arange(P))
+        assert np.array_equal(np.asarray(read(i)), tokens[i])
+
+
+def test_g1_documents_are_short_range_and_g1p_closes_with_ep1():
+    c = dict(mini.SIZES["full"])
+    lo, hi = controls.short_doc_tokens(c)
+    assert hi <= c["P"] - 24 and lo < hi  # a whole document fits one sample's context
+    flags = controls.layout_flags("g1p", terminal=64, w=1.0, prompt_w=0.1)
+    assert flags[flags.index("--terminal-prompts") + 1] == "ep1"
+    assert flags[flags.index("--terminal-loss-weight") + 1] == "0.1"
+    assert flags[:2] == ["--placement", "fixed"]
+    assert controls.layout_flags("a1", terminal=64, w=1.0, prompt_w=0.1) is None
+
+
+def test_paired_difference_and_its_table():
+    x = {"0": {"counts": {"passkey": {"640": [9, 10]}}},
+         "1": {"counts": {"passkey": {"640": [5, 10]}}},
+         "2": {"counts": {"passkey": {"640": [10, 10]}}}}
+    y = {"0": {"counts": {"passkey": {"640": [8, 10]}}},
+         "1": {"counts": {"passkey": {"640": [5, 10]}}}}
+    d = stats.paired_difference(x, y, "passkey", "640")  # seeds 0, 1 only: +0.1, 0.0
+    assert d["per_seed"] == pytest.approx([0.1, 0.0]) and d["mean"] == pytest.approx(0.05)
+    half = 12.706 * (0.1 / 2 ** 0.5) / 2 ** 0.5  # t(1) x sd / sqrt(2)
+    assert d["t95"] == pytest.approx([0.05 - half, min(1.0, 0.05 + half)])
+    assert stats.paired_difference(x, {"9": y["0"]}, "passkey", "640") is None
+    table = report.paired_table({"paired": {"d-b": {"passkey": {"640": d}}}})
+    assert "| (d) - (b) | passkey (in-dist.) | 640 | +5.0 |" in table
+
+
+def test_held_out_columns_are_marked(tmp_path):
+    cell = {"counts": {"niah_single_1": {"640": [1, 2]}, "passkey": {"640": [2, 2]},
+                       "niah_multiquery": {"640": [0, 2]}}, "ppl": {}}
+    results = {"config": {"lengths": "640"}, "methods": {"d": {"name": "x", "seeds": {"0": cell}}}}
+    tasks = [*run.EVAL_TASKS, "niah_multiquery"]
+    results["summary"] = {"d": stats.summarize({"0": cell}, tasks),
+                          "base": stats.summarize({"-": cell}, tasks)}
+    head = report.main_table(results).splitlines()[0]
+    assert "NIAH (in-dist.) 640" in head and "MQ (held-out) 640" in head

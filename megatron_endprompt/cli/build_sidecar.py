@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from megatron_endprompt.data.prompts import default_terminal_loss_weight
 from megatron_endprompt.errors import UserError, run_cli
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
 
@@ -26,10 +27,13 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--terminal-source", choices=("continuation", "document-tail", "prompt"),
                    default="continuation")
     g.add_argument("--terminal-prompts", default=None,
-                   help="file with one prompt per line (default: built-in set)")
+                   help="a built-in set, ep1 (default: EP1 alone, the paper's main result) or "
+                        "ep1-3 (the EP1-EP3 mixture), or a file with one prompt per line")
     g.add_argument("--pose-chunks", type=int, default=1,
                    help="ET(PoSE): split the context into N>=2 pieces with random skips")
-    g.add_argument("--terminal-loss-weight", type=float, default=1.0, help="w > 0")
+    g.add_argument("--terminal-loss-weight", type=float, default=None,
+                   help="w > 0 (default: 0.1 for prompt terminals, a small w as the paper asks; "
+                        "the paper gives no value; 1.0 for the other sources)")
     g.add_argument("--context-loss-weight", type=float, default=1.0,
                    help="1 keeps ordinary LM loss on the context; 0 trains terminals only")
     g.add_argument("--seed", type=int, default=1234)
@@ -37,9 +41,12 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
 
 def layout_from_args(args: argparse.Namespace) -> LayoutConfig:
     """``LayoutConfig`` of the shared flags (``ValueError`` on bad values)."""
+    w = args.terminal_loss_weight
+    if w is None:
+        w = default_terminal_loss_weight(args.terminal_source)
     return LayoutConfig(seq_length=args.seq_length, target_length=args.target_length,
                         placement=args.placement, pose_chunks=args.pose_chunks,
-                        terminal_loss_weight=args.terminal_loss_weight,
+                        terminal_loss_weight=w,
                         context_loss_weight=args.context_loss_weight)
 
 

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     record = np.asarray(sidecar.records[args.index])
     positions = positions_from_record(record, P)
     weights = loss_weights_from_record(record, P, context_weight=layout.context_loss_weight,
-                                       terminal_weight=layout.terminal_loss_weight)
+                                       terminal_weight=layout.terminal_loss_weight,
+                                       predict_after_terminal=header.terminal_source != "prompt")
     a = int(record[0])
     tok = _tokenizer(args, header)
     vocab = getattr(tok, "vocab_size", None) if tok is not None else None

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from megatron_endprompt.data.indexed_io import IndexReader
-from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.prefix_guard import check_sidecar_target
-from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
+from megatron_endprompt.data.progress import Progress
+from megatron_endprompt.data.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
 from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, file_fingerprint,
                                              sidecar_path, write_sidecar)
@@ -67,7 +67,8 @@ class SidecarOptions:
     terminal_length: int | None = None
     """``--terminal-length``: ``b`` (continuation / document-tail)."""
     terminal_prompts: str | None = None
-    """``--terminal-prompts``: one prompt per line (default: the built-in set)."""
+    """``--terminal-prompts``: a built-in set name (``ep1``, ``ep1-3``) or a file with one prompt
+    per line (``None``: ``ep1``)."""
     tokenizer: TokenizerSpec | None = None
     """``--tokenizer-type/--tokenizer-model``: needed for prompts (tokens, EOD); recorded."""
     seed: int = 1234
@@ -201,6 +202,8 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         "prompt_counts": dict(zip(prompt_texts, stats.prompt_counts)),
         "prompt_ids": {p: ids.tolist() for p, ids in zip(prompt_texts, prompt_tokens)},
     }
+    if EOT_PROMPT in prompt_texts:  # which token the paper's EP2 became under this tokenizer
+        summary["ep2"] = ep2_note(tokenizer)
     if opts.partition[1] > 1:
         summary["partition"] = list(opts.partition)
         summary["base_seed"] = opts.seed

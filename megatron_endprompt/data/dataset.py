@@ -31,7 +31,9 @@ with ``eod_mask_loss`` the weight of every position whose *input* token is EOD i
 predictions (``i >= a - 1``) of a *prompt* terminal, whose tokens are the prompt itself: EP2's
 single end token makes the only prediction from the terminal, and masking it would train
 nothing there (the prompt also follows a context that ends in EOD); padding labels get weight 0;
-the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``.
+the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``. A prompt terminal's last
+prediction (``i = P - 1``, of the label after the prompt) has weight 0: the paper's objective
+stops at the last prompt token.
 """
 
 from __future__ import annotations
@@ -213,6 +215,8 @@ class EndPromptGPTDataset(GPTDataset):
             self._causal_mask = None
             # --eod-mask-loss spares prompt terminals (see the module docstring).
             self._mask_terminal_eod = self.sidecar.header.terminal_source != "prompt"
+            # Prompt terminals: no prediction after the last prompt token (the paper's objective).
+            self._predict_after = self.sidecar.header.terminal_source != "prompt"
             # Hot-path helpers (see __getitem__): a plain ndarray view of the records (memmap
             # indexing is slower), and whether the pad id can occur among stored tokens at all.
             self._records = np.asarray(self.sidecar.records)
@@ -357,7 +361,8 @@ class EndPromptGPTDataset(GPTDataset):
     def _layout_arrays(self, record: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
         """``position_ids`` int64 ``[P]`` and loss weights float32 ``[P]`` of one record."""
         return positions_from_record(record, P), loss_weights_from_record(
-            record, P, context_weight=self._context_w, terminal_weight=self._terminal_w)
+            record, P, context_weight=self._context_w, terminal_weight=self._terminal_w,
+            predict_after_terminal=self._predict_after)
 
     def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         if self.sidecar is None:

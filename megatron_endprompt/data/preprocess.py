@@ -56,7 +56,8 @@ class PreprocessOptions:
     terminal_length: int | None = None
     """``--terminal-length``: ``b`` (not used with prompts)."""
     terminal_prompts: str | None = None
-    """``--terminal-prompts``: a file with one prompt per line (default: the built-in set)."""
+    """``--terminal-prompts``: a built-in set name (``ep1``, ``ep1-3``) or a file with one prompt
+    per line (``None``: ``ep1``, EP1 alone)."""
     json_keys: list[str] = field(default_factory=lambda: ["text"])
     """``--json-keys``: text fields; several keys are joined with a newline into one document."""
     append_eod: bool = False
@@ -262,4 +263,6 @@ def format_summary(summary: dict) -> str:
     for prompt, n in summary["prompt_counts"].items():
         ids = summary.get("prompt_ids", {}).get(prompt, [])
         lines.append(f"  prompt {prompt!r}: {n:,} samples (token ids {ids})")
+    if "ep2" in summary:
+        lines.append(f"  EP2 <eot> is {summary['ep2']}")
     return "\n".join(lines)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, EOD_PROMPT, tokenize_prompts
+from megatron_endprompt.data.prompts import (BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT,
+                                             tokenize_prompts)
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
@@ -63,7 +64,7 @@ def test_prompts_are_tokenized_without_special_tokens(llama3_tokenizer, llama3_t
     ids = tokenize_prompts(list(BUILTIN_PROMPTS), llama3_tokenizer)
     for prompt, got in zip(BUILTIN_PROMPTS, ids):
         assert hf.bos_token_id not in got.tolist(), prompt
-        if prompt != EOD_PROMPT:
+        if prompt not in (EOD_PROMPT, EOT_PROMPT):  # markers of one special token
             assert got.tolist() == hf.encode(prompt, add_special_tokens=False)
 
 
@@ -100,11 +101,13 @@ def test_ep2_is_the_tokenizers_end_token(run_tool, llama3_args, llama3_tokenizer
     assert [x.tolist() for x in named] == [[eot], [end], [eot]]
     with pytest.raises(UserError, match="no such token"):
         tokenize_prompts(["<|no_such_token|>"], llama3_tokenizer)
-    # through the tool: the EP2 samples end in <end_of_text> twice (terminal and label)
-    samples, sc, summary = _prompt_prefix(run_tool, llama3_args, tmp_path / "ep2")
-    assert summary["prompt_ids"][EOD_PROMPT] == [end]
+    # through the tool, the EP1-EP3 mixture: the built-in EP2 is <|eot_id|> (the paper's), then
+    # the <end_of_text> label
+    samples, sc, summary = _prompt_prefix(run_tool, llama3_args, tmp_path / "ep2",
+                                          "--terminal-prompts", "ep1-3")
+    assert summary["prompt_ids"][EOT_PROMPT] == [eot]
     ep2 = [s for s, r in zip(samples, np.asarray(sc.records)) if r[0] == P - 1]
-    assert ep2 and all(s[P - 1] == s[P] == end for s in ep2)
+    assert ep2 and all(s[P - 1] == eot and s[P] == end for s in ep2)
     pfile = tmp_path / "eot.txt"
     pfile.write_text("<|eot_id|>\n", encoding="utf-8")
     samples, sc, summary = _prompt_prefix(run_tool, llama3_args, tmp_path / "eot",
@@ -115,8 +118,9 @@ def test_ep2_is_the_tokenizers_end_token(run_tool, llama3_args, llama3_tokenizer
 
 def test_eod_mask_loss_keeps_prompt_terminal_weights(run_tool, llama3_args, llama3_tokenizer,
                                                       tmp_path):
-    """Defect 3: with --eod-mask-loss, the prediction made from EP2's end token keeps the
-    terminal weight; EOD inputs in the context are still masked."""
+    """Defect 3: with --eod-mask-loss, the terminal predictions keep the terminal weight (the
+    one of EP2 is made from the context's last token, often EOD); EOD inputs in the context are
+    still masked; the prediction after the last prompt token has weight 0 (issue 24)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
@@ -124,7 +128,7 @@ def test_eod_mask_loss_keeps_prompt_terminal_weights(run_tool, llama3_args, llam
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 
     prefix = tmp_path / "ep"
-    _, sc, _ = _prompt_prefix(run_tool, llama3_args, prefix)
+    _, sc, _ = _prompt_prefix(run_tool, llama3_args, prefix, "--terminal-prompts", "ep1-3")
     config = EndPromptDatasetConfig(
         random_seed=1, sequence_length=P, blend=([str(prefix)], [1.0]), split="100,0,0",
         tokenizer=llama3_tokenizer, reset_position_ids=False, reset_attention_mask=False,
@@ -139,7 +143,8 @@ def test_eod_mask_loss_keeps_prompt_terminal_weights(run_tool, llama3_args, llam
         s = inner[i]
         a = int(sc.records[int(inner.document_index[i])][0])
         lm, tokens = s["loss_mask"], s["tokens"]
-        assert torch.all(lm[a - 1:] == 0.5), "terminal weights kept"
+        assert torch.all(lm[a - 1:P - 1] == 0.5), "terminal weights kept"
+        assert lm[P - 1] == 0, "no prediction after the last prompt token"
         ctx_eod = (tokens[:a - 1] == eod).nonzero().flatten()
         context_eods += len(ctx_eod)
         assert torch.all(lm[ctx_eod] == 0)

@@ -220,6 +220,7 @@ def _check_prompt_samples(samples, sc, tok, prompt_texts, stream):
 def test_prompt_builtin(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_path):
     prefix = tmp_path / "prompt"
     summary = _preprocess(run_tool, spm_args(prefix, "--terminal-source", "prompt",
+                                             "--terminal-prompts", "ep1-3",
                                              "--placement", "random", "--pose-chunks", 2,
                                              "--terminal-loss-weight", 0.1))
     samples, sc = _check_common(prefix, summary, n_lines=_n_lines(spm_corpus.path),
@@ -333,7 +334,8 @@ def pose_prefix(spm_args, tmp_path_factory):
 
     prefix = str(tmp_path_factory.mktemp("inspect") / "pose")
     assert run_cli(preprocess_cli.main, spm_args(
-        prefix, "--terminal-source", "prompt", "--placement", "random", "--pose-chunks", 3,
+        prefix, "--terminal-source", "prompt", "--terminal-prompts", "ep1-3",
+        "--placement", "random", "--pose-chunks", 3,
         "--terminal-loss-weight", 0.25, "--context-loss-weight", 0.5)) == 0
     return prefix
 
@@ -358,7 +360,8 @@ def test_inspect_json_matches_layout(run_tool, pose_prefix, spm_tokenizer):
         assert sample["tokens"] == samples[index][:P].tolist()
         assert sample["label_token"] == int(samples[index][P]) == spm_tokenizer.eod
         assert sample["position_ids"] == positions_from_record(rec, P).tolist()
-        weights = loss_weights_from_record(rec, P, context_weight=0.5, terminal_weight=0.25)
+        weights = loss_weights_from_record(rec, P, context_weight=0.5, terminal_weight=0.25,
+                                           predict_after_terminal=False)  # a prompt terminal
         assert sample["loss_weights"] == pytest.approx(weights.tolist())
         assert [(r["token_offset"], r["first_position"], r["length"]) for r in sample["runs"]] \
             == describe_runs(rec, P)

@@ -1,0 +1,69 @@
+"""Data of the mini-replication's controls (issue 24): rows that isolate the position jump.
+
+* ``d0`` **no jump**: (d)'s own sidecar — the same samples, tokens and loss weights — with every
+  record's terminal start set to ``T = a``, so positions are contiguous ``0..P-1`` (still under
+  PI ``s`` at training). (d) - (d0) is then the effect of the jump alone.
+* ``a1`` **PI + short fine-tuning**: ``P``-token windows of the fine-tuning documents' stream,
+  contiguous positions (plain prefix, Megatron's own packing): the null for (e) and (g), which
+  train on the same stream windows.
+* ``g1p`` / ``g1n`` **the paper's configuration on data that can show it**: short documents
+  whose fact->recall pairs lie inside one sample's first ``a`` tokens, closed by the EP1
+  prompt terminal at ``L - b`` with a small ``w`` (``g1p``), or the same stream windows
+  without a terminal (``g1n``, contiguous). Evaluated at long range: does a content-free far
+  anchor extend a short-range skill to the full window?
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import replication_data as data
+
+#: Methods whose training data is a plain prefix (contiguous positions, Megatron's packing).
+PLAIN_STREAM = ("a1", "g1n")
+
+
+def make_contiguous(sidecar: str) -> int:
+    """Rewrite ``sidecar`` (a no-PoSE layout) with ``T = a`` in every record; returns samples."""
+    from megatron_endprompt.data.sidecar import read_sidecar, write_sidecar
+
+    sc = read_sidecar(sidecar)
+    if sc.header.layout["pose_chunks"] != 1:
+        raise ValueError(f"{sidecar}: d0 needs a layout without PoSE pieces")
+    records = np.array(sc.records, dtype=np.int32)
+    records[:, 1] = records[:, 0]  # terminal start = context length: positions 0..P-1
+    sources = None if sc.sources is None else np.array(sc.sources, dtype=np.int64)
+    header = sc.header
+    tmp = sidecar + ".tmp"
+    write_sidecar(tmp, header, records, sources)
+    import os
+
+    os.replace(tmp, sidecar)
+    return len(records)
+
+
+def short_doc_tokens(c: dict) -> tuple[int, int]:
+    """``(min, max)`` tokens of a g1 document: short enough that a whole document (fact and
+    recall) usually fits the ``a = P - len(EP1)`` context of one sample (EP1 is < 24 tokens)."""
+    hi = c["P"] - 24
+    return max(24, hi // 2), hi
+
+
+def write_short_docs(path: str, c: dict, count, num_docs: int) -> str:
+    """The g1 documents: the fact in the first ``min/2`` tokens, the recall at the end."""
+    lo, hi = short_doc_tokens(c)
+    return data.write_docs(path, num_docs=num_docs, min_tokens=lo, max_tokens=hi, seed=14,
+                           count=count, fact_span=max(8, lo // 2))
+
+
+def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> list[str] | None:
+    """Preprocessing flags of the sidecar controls; ``None`` for the plain-stream ones."""
+    if method in PLAIN_STREAM:
+        return None
+    if method == "d0":  # (d)'s flags: same seed, same samples; records rewritten afterwards
+        return ["--placement", "random", "--terminal-source", "document-tail",
+                "--terminal-length", str(terminal), "--terminal-loss-weight", f"{w:g}"]
+    if method == "g1p":
+        return ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
+                "ep1", "--terminal-loss-weight", f"{prompt_w:g}"]
+    raise KeyError(method)
