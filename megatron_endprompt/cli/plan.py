@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
     model = MODEL_PRESETS[args.model] if args.model else model_from_hf_config(args.hf_config)
     lengths = _lengths(args.sweep)
+    if args.sweep == DEFAULT_SWEEP:  # the default grid keeps only the lengths beyond P
+        lengths = [v for v in lengths if v > args.seq_length]
     _check_window(args, model, lengths)
     if args.plot:
         out_dir = os.path.dirname(os.path.abspath(args.plot))
