@@ -20,7 +20,6 @@ blocks sockets); only run model output you would run yourself, on a machine with
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import tempfile
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.local_jsonl import read_items
 
 __all__ = ["STOP", "load_problems", "truncate_completion", "program", "run_program",
            "run_humaneval"]
@@ -41,26 +41,8 @@ _FILE = 16 << 20
 
 def load_problems(path: str, limit: int = 0) -> list[dict[str, Any]]:
     """HumanEval problems of a JSONL file (the first ``limit`` when > 0)."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"--short-text-dir: {path} line {n} is not JSON "
-                                f"({exc.msg})") from None
-            missing = [k for k in _FIELDS if k not in item]
-            if missing:
-                raise UserError(f"--short-text-dir: {path} line {n} lacks HumanEval field(s) "
-                                f"{', '.join(missing)}")
-            out.append(item)
-            if limit and len(out) == limit:
-                break
-    if not out:
-        raise UserError(f"--short-text-dir: {path} has no problem")
-    return out
+    return read_items(path, fields=_FIELDS, flag="--short-text-dir", benchmark="HumanEval",
+                      noun="problem", limit=limit)
 
 
 def truncate_completion(text: str) -> str:

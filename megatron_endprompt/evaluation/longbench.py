@@ -17,13 +17,13 @@ samsum a newline also ends generation and at least one token is generated. No ch
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import longbench_spec as spec
+from megatron_endprompt.evaluation.local_jsonl import read_items
 from megatron_endprompt.evaluation.longbench_metrics import score_prediction
 from megatron_endprompt.evaluation.runner import greedy_generate, model_eos_ids, pad_id
 
@@ -47,26 +47,10 @@ def available_tasks(root: str) -> list[str]:
 def load_task(root: str, task: str, limit: int = 0) -> list[dict[str, Any]]:
     """The items of ``root/{task}.jsonl`` (the first ``limit`` when > 0), fields checked."""
     path = os.path.join(root, f"{task}.jsonl")
-    items = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"--longbench-dir: {path} line {n} is not JSON ({exc.msg})") \
-                    from None
-            missing = [k for k in _FIELDS if k not in item]
-            if missing or not isinstance(item["answers"], list):
-                raise UserError(f"--longbench-dir: {path} line {n} lacks LongBench field(s) "
-                                f"{', '.join(missing) or 'answers (a list)'}")
-            items.append(item)
-            if limit and len(items) == limit:
-                break
-    if not items:
-        raise UserError(f"--longbench-dir: {path} has no item")
-    return items
+    return read_items(path, fields=_FIELDS, flag="--longbench-dir", benchmark="LongBench",
+                      noun="item", limit=limit,
+                      extra_check=lambda item: None if isinstance(item["answers"], list)
+                      else "answers (a list)")
 
 
 def build_prompt(task: str, item: dict[str, Any], tokenizer: Any,
