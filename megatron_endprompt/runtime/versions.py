@@ -94,8 +94,9 @@ def megatron_features() -> MegatronFeatures:
     """Detect :class:`MegatronFeatures` of the installed Megatron-Core (after the gate)."""
     version = check_megatron_version()
     import megatron.core.tokenizers.utils.build_tokenizer as build_tokenizer
-    import megatron.training as mt
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    from megatron.training import training as mt  # the defining module: a re-export may be
+    # replaced (a test stub, a wrapper) while the signature to match is the real one's
 
     params = list(inspect.signature(mt.pretrain).parameters)
     return MegatronFeatures(
