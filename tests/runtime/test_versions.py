@@ -43,7 +43,7 @@ def test_pretrain_call_order_follows_the_installed_signature(monkeypatch, fresh_
                                                              fake) -> None:
     """0.18's ``pretrain`` takes ``model_provider`` third: the old fixed keyword call failed
     with "pretrain() got multiple values for argument 'model_provider'"."""
-    import megatron.training as mt
+    from megatron.training import training as mt  # where the signature is read
 
     monkeypatch.setattr(mt, "pretrain", fake)
     got = versions.call_pretrain(fake, "cfg", "data", "MODEL_TYPE", "step", model_provider="mp",
