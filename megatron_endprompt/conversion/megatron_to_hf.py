@@ -92,11 +92,6 @@ def _megatron_tokenizer(args: Any) -> Any:
         return None
 
 
-def _megatron_tokenizer_size(tokenizer: Any) -> int | None:
-    """Vocabulary size of the run's Megatron tokenizer, if buildable."""
-    return None if tokenizer is None else int(tokenizer.vocab_size)
-
-
 def _training_eod(args: Any, tokenizer: Any) -> int | None:
     """End-of-document id the run trained with, for a real (not Null) tokenizer."""
     if tokenizer is None or getattr(args, "tokenizer_type", None) == "NullTokenizer":
@@ -129,7 +124,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
         padded = embed[0][0]
         source_vocab = (getattr(args, "endprompt_hf_config", None) or {}).get("vocab_size")
         run_tokenizer = _megatron_tokenizer(args)
-        vocab = source_vocab or _megatron_tokenizer_size(run_tokenizer)
+        vocab = source_vocab or (int(run_tokenizer.vocab_size) if run_tokenizer else None)
         vocab_from = "recorded HF config" if source_vocab else "Megatron tokenizer"
         with atomic_output_dir(opts.output, overwrite=opts.overwrite) as tmp:
             tokenizer_len, token_ids = None, None

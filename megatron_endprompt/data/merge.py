@@ -122,7 +122,7 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
         if sources is not None:
             header.sources["layout"] = layout
         write_sidecar(tmp[".endprompt"], header, records, sources)
-        check_other_sidecars(output_prefix, out_sidecar, tmp[".idx"])
+        check_other_sidecars(output_prefix, out_sidecar, header.idx_sha256)
         writer.commit()
     except OSError as exc:
         raise UserError(f"--output-prefix {output_prefix}: cannot write ({exc.strerror}); "

@@ -26,8 +26,7 @@ import hashlib
 import json
 import os
 
-from megatron_endprompt.data.sidecar import (SUFFIX, SidecarHeader, file_fingerprint,
-                                             open_sidecar, sidecar_path)
+from megatron_endprompt.data.sidecar import SUFFIX, SidecarHeader, open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
 __all__ = ["run_id", "same_file", "check_shard_set", "check_sidecar_target",
@@ -145,14 +144,14 @@ def other_sidecars(prefix: str, own: str) -> list[str]:
     return found
 
 
-def check_other_sidecars(prefix: str, own: str, new_idx: str) -> None:
-    """Refuse committing ``new_idx`` as ``PREFIX.idx`` while another sidecar of the prefix
-    describes the current data and the new ``.idx`` differs from the one it was written for:
-    those layouts would silently describe a corpus that is gone."""
+def check_other_sidecars(prefix: str, own: str, new_idx_sha256: str) -> None:
+    """Refuse committing a new ``PREFIX.idx`` (SHA-256 ``new_idx_sha256``, the digest the new
+    sidecar header already carries: the ``.idx`` is not read again) while another sidecar of
+    the prefix describes the current data and was written for another ``.idx``: those layouts
+    would silently describe a corpus that is gone."""
     others = other_sidecars(prefix, own)
     if not others or not os.path.exists(prefix + ".idx"):
         return
-    digest = None
     for path in others:
         try:
             header = open_sidecar(path).header
@@ -160,8 +159,7 @@ def check_other_sidecars(prefix: str, own: str, new_idx: str) -> None:
             continue  # unreadable already: not a layout of the current data
         if header.idx_bytes != os.path.getsize(prefix + ".idx"):
             continue  # already stale
-        digest = digest or file_fingerprint(new_idx)
-        if header.idx_sha256 != digest:
+        if header.idx_sha256 != new_idx_sha256:
             raise UserError(
                 f"{prefix}: its sidecar {os.path.basename(path)} describes the corpus now in "
                 f"{prefix}.bin/.idx, which this run would replace with other data; write to a "

@@ -31,7 +31,7 @@ from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_si
 from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
-from megatron_endprompt.data.sidecar import check_sidecar_name, sidecar_path
+from megatron_endprompt.data.sidecar import check_sidecar_name, open_sidecar, sidecar_path
 from megatron_endprompt.data.tiktoken_encoder import BACKENDS, choose_encoder
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
@@ -215,7 +215,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
                 raise
             _no_sample(opts, n_docs, n_tokens)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
-        check_other_sidecars(opts.prefix, sidecar_path(opts.prefix, opts.name), tmp[".idx"])
+        check_other_sidecars(opts.prefix, sidecar_path(opts.prefix, opts.name),
+                             open_sidecar(tmp[".endprompt"]).header.idx_sha256)
         writer.commit()
     finally:
         if builder is not None:
