@@ -156,7 +156,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
             raise UserError(f"--terminal-prompts: prompt {text!r} has token id {int(ids.max())}, "
                             f"beyond the {np.dtype(index.dtype).name} .bin of {prefix}; use the "
                             "corpus's own tokenizer")
-    if prompt_tokens:
+    if prompt_tokens and out_path is None:  # inside preprocessing this tokenizer wrote the ids
         _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix)
     seed = partition_seed(opts.seed, *opts.partition)
     markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
