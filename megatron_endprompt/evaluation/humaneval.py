@@ -20,7 +20,6 @@ blocks sockets); only run model output you would run yourself, on a machine with
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
