@@ -16,6 +16,7 @@ import argparse
 import shlex
 import sys
 
+from megatron_endprompt import runtime
 from megatron_endprompt.errors import UserError, run_cli
 
 
@@ -57,18 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
-    import logging
-    import warnings
-
-    logging.getLogger("megatron.core.dist_checkpointing").setLevel(logging.ERROR)
-    logging.getLogger("megatron.core.models.gpt.gpt_model").setLevel(logging.ERROR)
-    # torch.distributed.checkpoint's notices about Megatron's (supported) use of its API
-    for message in (".*argument order of load.*", ".*torch.distributed is disabled.*",
-                    ".*Please use DTensor instead.*", ".*tp_group is None.*"):
-        warnings.filterwarnings("ignore", message=message)
+    runtime.quiet(checkpoints=True)
     if args.command == "hf-to-megatron":
         if args.make_vocab_size_divisible_by < 1:
             raise UserError(f"--make-vocab-size-divisible-by {args.make_vocab_size_divisible_by} "

@@ -14,9 +14,8 @@ the pretrain entry adds the ones the user did not set.
 
 from __future__ import annotations
 
-import os
-
 from megatron_endprompt.runtime.ledger import Ledger
+from megatron_endprompt.runtime.process import set_env_default
 
 #: Megatron command-line flags a CPU run needs (no Transformer Engine, no CUDA fusions).
 CPU_ARGS: tuple[str, ...] = (
@@ -39,6 +38,6 @@ def install_cpu_layer(ledger: Ledger) -> None:
 
     # Megatron requires this for TP>1 (it orders kernel launches on one CUDA queue); on CPU
     # it changes nothing but silences the check.
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    set_env_default(ledger, "CUDA_DEVICE_MAX_CONNECTIONS", "1", patch="cpu-env")
     install_torch_patches(ledger)
     install_megatron_cpu_patches(ledger)

@@ -31,24 +31,20 @@ def _with_cpu_flags(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse flags, check sidecars, run Megatron's ``pretrain``."""
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     import torch
 
-    from megatron_endprompt import runtime
     from megatron_endprompt.errors import UserError
-    from megatron_endprompt.runtime.child_death import install_child_reaper
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        layers = runtime.install()
+    try:  # trainer: the launch-queue variable and the child reaper, in the ledger too
+        layers = runtime.install(trainer=True)
     except RuntimeError as exc:  # version gate or a changed patched function: one line
         raise SystemExit(f"error: {exc}") from None
-    install_child_reaper()  # checkpoint-writer children exit with this rank
     if layers["cpu"]:
         argv = _with_cpu_flags(argv)
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain

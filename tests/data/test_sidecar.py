@@ -13,7 +13,6 @@ import pytest
 from sidecar_edit import rewrite_header
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-from megatron_endprompt.data import sidecar as sc_mod
 from megatron_endprompt.data import sidecar_format
 from megatron_endprompt.data.sidecar import (
     SidecarHeader,
