@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class UserError(Exception):
     """Bad input from the user. Command-line tools print ``error: <message>`` and exit 2."""
+
+
+@contextlib.contextmanager
+def user_errors(prefix: str = "") -> Iterator[None]:
+    """Report a ``ValueError`` raised inside (an option class or a config validating its
+    values) as a :class:`UserError` with the same message, after ``prefix``: the one re-wrap
+    every tool and library entry uses."""
+    try:
+        yield
+    except ValueError as exc:
+        raise UserError(f"{prefix}{exc}") from None
 
 
 class Terminated(BaseException):

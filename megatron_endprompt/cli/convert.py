@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 from megatron_endprompt import runtime
-from megatron_endprompt.errors import UserError, run_cli
+from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(main))
+cli = entry(main)
 
 
 if __name__ == "__main__":

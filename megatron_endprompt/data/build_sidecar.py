@@ -39,7 +39,7 @@ from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, to
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
 from megatron_endprompt.disk import atomic_path, remove_stale_temporaries
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.layout import LayoutConfig
 
 def partition_seed(seed: int, index: int, count: int) -> int:
@@ -157,12 +157,10 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix)
     seed = partition_seed(opts.seed, *opts.partition)
     markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
-    try:
+    with user_errors():
         maker = SampleMaker(opts.layout, terminal_source=opts.terminal_source,
                             terminal_length=opts.terminal_length, prompts=markers or None,
                             eod=EOD_PIECE, seed=seed)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
 
     P = opts.layout.seq_length
     records = _Rows(opts.layout.record_width, np.int32)
