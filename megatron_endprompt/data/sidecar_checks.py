@@ -13,11 +13,11 @@ from dataclasses import fields
 
 import numpy as np
 
+from megatron_endprompt.data.samples import TERMINAL_SOURCES as SOURCES
 from megatron_endprompt.data.sidecar_format import REBUILD, SidecarHeader
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
 
-SOURCES = ("continuation", "document-tail", "prompt")
 _INT32 = 2**31 - 1
 _IDX_HEADER = 34  # Megatron .idx: magic 9, version 8, dtype 1, sequence and document counts
 
