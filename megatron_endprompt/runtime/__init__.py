@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 
 from megatron_endprompt.runtime.child_death import install_child_reaper
-from megatron_endprompt.runtime.cpu import CPU_ARGS
+from megatron_endprompt.runtime.cpu import CPU_ARGS, with_cpu_args
 from megatron_endprompt.runtime.ledger import Ledger, PatchedFunctionChanged, fingerprint
 from megatron_endprompt.runtime.process import (
     CHECKPOINT_NOISE,
@@ -38,7 +38,7 @@ from megatron_endprompt.runtime.versions import check_megatron_version
 
 __all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
            "cpu_forward", "fingerprint", "install", "installed_layers", "patches", "quiet",
-           "uninstall"]
+           "uninstall", "with_cpu_args"]
 
 #: Layer name -> its ledger, for the layers installed in this process.
 _LAYERS: dict[str, Ledger] = {}
