@@ -27,7 +27,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from megatron_endprompt.runtime.ledger import Ledger
 
