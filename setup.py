@@ -45,6 +45,7 @@ setup(
             "endprompt-inspect=megatron_endprompt.cli.inspect:cli",
             "endprompt-convert=megatron_endprompt.cli.convert:cli",
             "endprompt-plan=megatron_endprompt.cli.plan:cli",
+            "endprompt-eval=megatron_endprompt.cli.eval:cli",
         ]
     },
 )

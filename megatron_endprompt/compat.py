@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from megatron_endprompt import runtime
 from megatron_endprompt.runtime.versions import tokenizer_namespace_extras
 
 
@@ -87,15 +88,7 @@ class stock_rope_skipped:  # noqa: N801 - used as a context manager
 
 
 def quiet_megatron_import_noise() -> None:
-    """Silence import-time chatter that is not actionable for our users: Megatron's 'TE/Apex
-    not installed, falling back' warnings and torch's 'No CUDA runtime' log line on CPU."""
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
-    warnings.filterwarnings("ignore", message=".*Could not determine rank from torch.distributed.*")
-    warnings.filterwarnings("ignore", message=".*absl.logging is not installed.*")
-    # 0.18 and main (0.20) warn at import about the local spec's fallbacks (not actionable)
-    warnings.filterwarnings("ignore", message=".*Apex is not installed.*")
-    warnings.filterwarnings("ignore", message=".*Only transformer-engine>=1.7.0 supports MoE.*")
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    """Silence import-time chatter that is not actionable for our users (Megatron's 'TE/Apex
+    not installed, falling back' warnings, torch's 'No CUDA runtime' log line on CPU):
+    :func:`megatron_endprompt.runtime.quiet`, the owner of those filters."""
+    runtime.quiet()

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class UserError(Exception):
     """Bad input from the user. Command-line tools print ``error: <message>`` and exit 2."""
+
+
+@contextlib.contextmanager
+def user_errors(prefix: str = "") -> Iterator[None]:
+    """Report a ``ValueError`` raised inside (an option class or a config validating its
+    values) as a :class:`UserError` with the same message, after ``prefix``: the one re-wrap
+    every tool and library entry uses."""
+    try:
+        yield
+    except ValueError as exc:
+        raise UserError(f"{prefix}{exc}") from None
 
 
 class Terminated(BaseException):
@@ -33,27 +45,6 @@ def io_error_line(exc: OSError) -> str:
                          "choose another location"}.get(exc.errno,
                                                         "choose a writable output location")
     return f"{where}: {exc.strerror or os.strerror(exc.errno or 0)}; {hint}"
-
-
-def check_writable_location(path: str, *, flag: str, create: bool = False) -> None:
-    """Refuse, before any work, an output ``path`` whose directory cannot take a new entry.
-
-    ``create``: make the directory first (tools whose output directory is implied, e.g. an
-    evaluation's results file); otherwise the nearest existing ancestor is probed, so nothing
-    is left behind by the check. The one probe shared by every tool that writes output."""
-    directory = os.path.dirname(os.path.abspath(path))
-    probe = directory
-    try:
-        if create:
-            os.makedirs(directory, exist_ok=True)
-        while not os.path.exists(probe):  # the nearest existing ancestor must take a new entry
-            probe = os.path.dirname(probe)
-        import tempfile
-
-        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=probe))
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write in {probe} ({exc.strerror}); choose a "
-                        "writable location") from None
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.errors import UserError, user_errors
 
 __all__ = ["EXPORT_FLAGS", "EndPromptWindow", "PREPROCESS_FLAGS", "TRAINING_FLAGS",
            "resolve_pi_factor"]
@@ -181,15 +181,13 @@ class EndPromptWindow:
         if L0 is None:
             raise UserError(f"the model's original window is unknown: pass "
                             f"{f['original_length']} L0 or --max-position-embeddings")
-        try:
+        with user_errors():
             s = _explicit_pi_factor(getattr(args, "endprompt_pi_factor", None),
                                     getattr(args, "rotary_seq_len_interpolation_factor", None), f)
             return cls(target_length=int(L), seq_length=args.seq_length,
                        original_length=int(L0), original_length_from=source, pi_factor=s,
                        terminal_loss_weight=getattr(args, "endprompt_terminal_loss_weight", None),
                        context_loss_weight=getattr(args, "endprompt_context_loss_weight", None))
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
 
     def banner(self) -> str:
         """One start-up line: ``L``, ``L0`` (and where it came from), ``s``."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
-from megatron_endprompt.errors import UserError, run_cli
+from megatron_endprompt import runtime
+from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,18 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
-    import logging
-    import warnings
-
-    logging.getLogger("megatron.core.dist_checkpointing").setLevel(logging.ERROR)
-    logging.getLogger("megatron.core.models.gpt.gpt_model").setLevel(logging.ERROR)
-    # torch.distributed.checkpoint's notices about Megatron's (supported) use of its API
-    for message in (".*argument order of load.*", ".*torch.distributed is disabled.*",
-                    ".*Please use DTensor instead.*", ".*tp_group is None.*"):
-        warnings.filterwarnings("ignore", message=message)
+    runtime.quiet(checkpoints=True)
     if args.command == "hf-to-megatron":
         if args.make_vocab_size_divisible_by < 1:
             raise UserError(f"--make-vocab-size-divisible-by {args.make_vocab_size_divisible_by} "
@@ -105,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(main))
+cli = entry(main)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 
-from megatron_endprompt.errors import UserError, run_cli
-from megatron_endprompt.evaluation.suite import TASK_NAMES, EvalConfig, resolve_tasks
+from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval_backend
+from megatron_endprompt.evaluation.report import markdown_table
+from megatron_endprompt.evaluation.suite import TASK_NAMES, EvalConfig, resolve_tasks, run_eval
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,24 +177,13 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
-    if args.backend == "lm-eval":
-        from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval_backend
-
-        results = run_lm_eval_backend(cfg)
-    else:
-        from megatron_endprompt.evaluation.suite import run_eval
-
-        results = run_eval(cfg)
-    from megatron_endprompt.evaluation.report import markdown_table
-
+    results = run_lm_eval_backend(cfg) if args.backend == "lm-eval" else run_eval(cfg)
     print(markdown_table(results))
     print("wrote " + ", ".join(results.get("written", [])))
     return 0
 
 
-def cli() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(main))
+cli = entry(main)
 
 
 __all__ = ["build_parser", "main", "cli", "parse_lengths", "parse_depths", "config_from_args",

@@ -8,17 +8,18 @@ from __future__ import annotations
 import shlex
 import sys
 
-from megatron_endprompt.errors import run_cli
+from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.training.launch_check import check_launch
 
 
 def main(argv: list[str] | None = None) -> int:
-    from megatron_endprompt.training.launch_check import check_launch
-
     env = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv) if "=" in a)
     for key, value in check_launch(env).items():
         print(f"{key}={shlex.quote(value)}")
     return 0
 
 
+cli = entry(main)
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    cli()

@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from megatron_endprompt.errors import run_cli
+from megatron_endprompt import runtime
+from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.data.merge import merge
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,11 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
-    from megatron_endprompt.data.merge import merge
-
+    runtime.quiet()
     summary = merge(args.inputs, args.output_prefix, name=args.name)
     print(f"merged {summary['inputs']} shards: {summary['samples']:,} samples, "
           f"{summary['bin_bytes']:,} bytes of tokens")
@@ -39,9 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(main))
+cli = entry(main)
 
 
 if __name__ == "__main__":

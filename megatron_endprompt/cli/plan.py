@@ -15,17 +15,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-from megatron_endprompt.errors import UserError, run_cli
+from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.errors import UserError, user_errors
+from megatron_endprompt.planning import report
+from megatron_endprompt.planning.launch_vars import SCRIPT_DEFAULTS as D
+from megatron_endprompt.planning.launch_vars import checkpoint_bytes, launch_line, wall_clock_hours
+from megatron_endprompt.planning.plan import PlanSettings, plan_run, sweep
+from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS, model_from_hf_config
+from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
 
 DEFAULT_SWEEP = "32768,49152,65536,98304,131072"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from megatron_endprompt.planning.launch_vars import SCRIPT_DEFAULTS as D
-    from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS
-
     p = argparse.ArgumentParser(prog="plan_endprompt_run.py", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 allow_abbrev=False)
@@ -81,14 +84,10 @@ def _lengths(text: str) -> list[int]:
 def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
     """L vs P vs L0 through the project's :class:`EndPromptWindow` (the rule training uses), for
     ``--target-length`` and every sweep length; the global batch must hold one sample."""
-    from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
-
     for flag, L in [("--target-length", args.target_length)] + [("--sweep", v) for v in lengths]:
-        try:
+        with user_errors(f"{flag} {L}: "):
             EndPromptWindow(target_length=L, seq_length=args.seq_length,
                             original_length=model.original_window, flags=PREPROCESS_FLAGS)
-        except ValueError as exc:
-            raise UserError(f"{flag} {L}: {exc}") from None
     if args.global_batch_tokens < args.seq_length:
         raise UserError(f"--global-batch-tokens {args.global_batch_tokens} is below one sample "
                         f"(--seq-length {args.seq_length}); give at least {args.seq_length}")
@@ -96,11 +95,6 @@ def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megatron_endprompt.planning import report
-    from megatron_endprompt.planning.plan import PlanSettings, plan_run, sweep
-    from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS, \
-        model_from_hf_config
-
     model = MODEL_PRESETS[args.model] if args.model else model_from_hf_config(args.hf_config)
     lengths = _lengths(args.sweep)
     if args.sweep == DEFAULT_SWEEP:  # the default grid keeps only the lengths beyond P
@@ -112,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--plot {args.plot}: directory {out_dir} does not exist")
         if os.path.splitext(args.plot)[1].lower() not in (".png", ".pdf", ".svg"):
             raise UserError(f"--plot {args.plot}: use a .png, .pdf or .svg file name")
-    try:
+    with user_errors():
         settings = PlanSettings(
             model=model, gpu=GPU_PRESETS[args.gpu], gpus=args.gpus, tokens=args.tokens,
             seq_length=args.seq_length, target_length=args.target_length,
@@ -122,17 +116,12 @@ def main(argv: list[str] | None = None) -> int:
             swiglu_fusion=not args.no_swiglu_fusion, tp=args.tp, pp=args.pp, cp=args.cp)
         plans = plan_run(settings)
         rows = sweep(settings, lengths)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     if args.plot:
         report.write_plot(args.plot, settings, rows)
     if args.json:
         print(json.dumps(report.plan_document(settings, plans, rows), indent=1))
         return 0
     print(report.plan_table(settings, plans))
-    from megatron_endprompt.planning.launch_vars import checkpoint_bytes, launch_line, \
-        wall_clock_hours
-
     ep = plans["endprompt"]
     print("\nlaunch (examples/pretrain_llama3_endprompt.sh variables, EndPrompt plan):")
     print(f"  {launch_line(settings, ep)}")
@@ -151,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(main))
+cli = entry(main)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from megatron_endprompt.errors import UserError, run_cli
-from megatron_endprompt.cli.build_sidecar import add_layout_arguments, layout_from_args
+from megatron_endprompt import runtime
+from megatron_endprompt.cli.kit import add_layout_arguments, entry, layout_from_args
+from megatron_endprompt.errors import UserError, user_errors
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,9 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
+    runtime.quiet()
     from megatron_endprompt.data.preprocess import PreprocessOptions, format_summary, preprocess
     from megatron_endprompt.data.tokenizer import TokenizerSpec
 
@@ -83,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--partitions {args.partitions} needs --partition-index I (0.."
                         f"{args.partitions - 1}): run one process per partition, then "
                         "tools/merge_endprompt.py")
-    try:
+    with user_errors():
         layout = layout_from_args(args)
         opts = PreprocessOptions(
             inputs=args.input,
@@ -106,8 +104,6 @@ def main(argv: list[str] | None = None) -> int:
             log_interval=args.log_interval,
             tokenizer_backend=args.tokenizer_backend,
         )
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     summary = preprocess(opts)
     if args.summary_json:
         print(json.dumps(summary, indent=2))
@@ -119,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(main))
+cli = entry(main)
 
 
 if __name__ == "__main__":

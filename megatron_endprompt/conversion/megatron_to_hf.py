@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from megatron_endprompt.compat import build_megatron_tokenizer
 from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
 from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
 from megatron_endprompt.conversion.mapping import Dims, expand, mappings_for
@@ -34,7 +35,8 @@ from megatron_endprompt.conversion.megatron_ckpt import (
 )
 from megatron_endprompt.conversion.output import atomic_output_dir, check_finite, check_output
 from megatron_endprompt.conversion.special_tokens import KEYS, resolve_special_ids, tokenizer_ids
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.conversion.tokenizer import export_tokenizer
+from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.window import EXPORT_FLAGS, EndPromptWindow
 
 __all__ = ["MegatronToHFOptions", "convert_megatron_to_hf", "resolve_window"]
@@ -68,11 +70,9 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
         if s is not None and s != 1.0:
             raise UserError(f"--pi-factor {s:g} needs a target length: pass --target-length L")
         return L0, 1.0, L0
-    try:
+    with user_errors():
         window = EndPromptWindow(target_length=int(L), original_length=L0, pi_factor=s,
                                  flags=EXPORT_FLAGS)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     return window.target_length, window.pi_factor, L0
 
 
@@ -85,8 +85,6 @@ def _megatron_tokenizer(args: Any) -> Any:
     if tokenizer_type != "NullTokenizer" and not (model and os.path.exists(model)):
         return None
     try:
-        from megatron_endprompt.compat import build_megatron_tokenizer
-
         return build_megatron_tokenizer(tokenizer_type, model, getattr(args, "vocab_size", None))
     except Exception:  # noqa: BLE001 - an unbuildable tokenizer just gives no answer
         return None
@@ -135,8 +133,6 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
                 model = getattr(args, "tokenizer_model", None)
                 tokenizer_src = model if model and os.path.exists(model) else None
             if tokenizer_src is not None:
-                from megatron_endprompt.conversion.tokenizer import export_tokenizer
-
                 tok = export_tokenizer(tokenizer_src, tmp, model_max_length=L)
                 tokenizer_len = len(tok)
                 token_ids = tokenizer_ids(tok)

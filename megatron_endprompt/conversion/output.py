@@ -19,7 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from megatron_endprompt.errors import UserError, check_writable_location
+from megatron_endprompt.disk import check_writable, fsync_dir, pid_alive
+from megatron_endprompt.errors import UserError
 
 __all__ = ["apply_umask", "atomic_output_dir", "check_output", "check_finite",
            "remove_stale_partials"]
@@ -32,7 +33,7 @@ def check_output(path: str, *, overwrite: bool, flag: str = "--output") -> None:
     work is done)."""
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{flag} {path} already exists; pass --overwrite to replace it")
-    check_writable_location(path, flag=flag)
+    check_writable(path, flag=flag)
 
 
 def check_finite(tensor: Any, what: str) -> None:
@@ -48,8 +49,6 @@ def check_finite(tensor: Any, what: str) -> None:
 
 def remove_stale_partials(path: str) -> list[str]:
     """Remove ``.OUT.partial-PID-*`` siblings of ``path`` whose process no longer exists."""
-    from megatron_endprompt.data.atomic_output import pid_alive
-
     parent = os.path.dirname(os.path.abspath(path))
     pattern = os.path.join(glob.escape(parent),
                            f".{glob.escape(os.path.basename(os.path.abspath(path)))}.partial-*")
@@ -108,6 +107,7 @@ def atomic_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> 
                                      f"{os.getpid()}-old-", dir=parent)
         os.replace(path, old)
     os.replace(tmp, path)
+    fsync_dir(parent)
     if old is not None:
         if os.path.isdir(old) and not os.path.islink(old):
             shutil.rmtree(old, ignore_errors=True)

@@ -23,7 +23,6 @@ trainer then warns that it cannot check it).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import asdict, dataclass
 
@@ -39,11 +38,9 @@ from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, 
 from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.disk import atomic_path, remove_stale_temporaries
+from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.layout import LayoutConfig
-
-named_sidecar_path = sidecar_path  # the corpus tools' older name
-
 
 def partition_seed(seed: int, index: int, count: int) -> int:
     """Seed of partition ``index`` of ``count``: draws depend on ``(seed, partition, sample)``,
@@ -160,12 +157,10 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix)
     seed = partition_seed(opts.seed, *opts.partition)
     markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
-    try:
+    with user_errors():
         maker = SampleMaker(opts.layout, terminal_source=opts.terminal_source,
                             terminal_length=opts.terminal_length, prompts=markers or None,
                             eod=EOD_PIECE, seed=seed)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
 
     P = opts.layout.seq_length
     records = _Rows(opts.layout.record_width, np.int32)
@@ -241,29 +236,13 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
 def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> None:
     """Temporary + ``fsync`` + rename (+ directory ``fsync``): ``out`` is the old or the new
     sidecar at every instant; the caller holds the prefix lock."""
-    import glob
-    import re
-
-    from megatron_endprompt.data.atomic_output import _fsync_dir, pid_alive
-
-    for stale in glob.glob(glob.escape(out) + ".tmp-*"):  # left by a killed build
-        m = re.search(r"\.tmp-(\d+)$", stale)
-        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
-            with contextlib.suppress(OSError):
-                os.unlink(stale)
-    tmp = f"{out}.tmp-{os.getpid()}"
+    remove_stale_temporaries(out)  # left by a killed build
     try:
-        write_sidecar(tmp, header, records, sources)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-        _fsync_dir(os.path.dirname(os.path.abspath(out)))
+        with atomic_path(out) as tmp:
+            write_sidecar(tmp, header, records, sources)
     except OSError as exc:
         raise UserError(f"{out}: cannot write the sidecar ({exc.strerror}); make its directory "
                         "writable and check free space") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 def _check_corpus_ids(bin_path: str, dtype, vocab_size: int, prefix: str,

@@ -27,6 +27,7 @@ from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_sh
 from megatron_endprompt.data.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,
                                              sidecar_path, write_sidecar)
 from megatron_endprompt.data.spans import pack_sources, sidecar_pieces
+from megatron_endprompt.disk import check_writable
 from megatron_endprompt.errors import UserError
 
 _SAME = ("layout", "terminal_source", "terminal_length", "prompts")
@@ -94,9 +95,10 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
     check_sidecar_target(output_prefix, name, flag="--output-prefix")
 
     directory = os.path.dirname(out_abs)
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+    if not os.path.isdir(directory):
         raise UserError(f"--output-prefix {output_prefix}: {directory} is not a writable "
                         "directory")
+    check_writable(out_abs, flag="--output-prefix")
     writer = PrefixWriter(output_prefix, sidecar=out_sidecar)
     tmp = writer.tmp
     try:

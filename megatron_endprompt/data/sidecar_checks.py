@@ -13,10 +13,11 @@ from dataclasses import fields
 
 import numpy as np
 
+from megatron_endprompt.data.samples import TERMINAL_SOURCES as SOURCES
+from megatron_endprompt.data.sidecar_format import REBUILD, SidecarHeader
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
 
-SOURCES = ("continuation", "document-tail", "prompt")
 _INT32 = 2**31 - 1
 _IDX_HEADER = 34  # Megatron .idx: magic 9, version 8, dtype 1, sequence and document counts
 
@@ -41,8 +42,6 @@ def validate_header(values: dict, path: str) -> None:
     """Raise :class:`UserError` ``PATH: invalid sidecar header: FIELD=VALUE (why); fix`` on
     the first value that is missing, of the wrong type, non-finite, out of range or
     inconsistent with the layout."""
-    from megatron_endprompt.data.sidecar import REBUILD, SidecarHeader
-
     def bad(name: str, value, why: str) -> UserError:
         shown = repr(value)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from megatron_endprompt.data import spans
+from megatron_endprompt.data.sidecar_format import chunked_crc32, file_crc32
 from megatron_endprompt.data.spans import EOD_PIECE, SpanIndex
 from megatron_endprompt.errors import UserError
 
@@ -162,8 +163,6 @@ def verify_sources(sidecar, rebuild: str, *, block: int | None = None) -> None:
     existing prompt (with its length) or the EOD token (length 1). One pass over blocks of
     ``block`` samples (default :data:`~.spans.BLOCK`) after the checksum's sequential read;
     it leaves the extent bounds of every :data:`STEP` samples for :func:`samples_within`."""
-    from megatron_endprompt.data.sidecar import chunked_crc32, file_crc32
-
     header, path = sidecar.header, sidecar.path
     index = SpanIndex.of(sidecar)
     src, block = index.sources, block or spans.BLOCK

@@ -233,14 +233,6 @@ class SpanIndex:
             yield (lo, hi, *self.read(lo, hi))
 
 
-def unpack_sources(sources: np.ndarray, num_samples: int, layout: str,
-                   seq_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ptr [N + 1], pieces [M, 2])`` of a sidecar's stored ``sources``, whole (for offline
-    tools that rewrite a sidecar, e.g. :mod:`.merge`; readers use :class:`SpanIndex`)."""
-    return SpanIndex(num_samples=num_samples, layout=layout, seq_length=seq_length,
-                     sources=sources).block(0, num_samples)
-
-
 def sidecar_pieces(sidecar) -> tuple[np.ndarray, np.ndarray]:
     """``(ptr, pieces)`` of a loaded spans sidecar, whole (offline tools only)."""
     return SpanIndex.of(sidecar).block(0, sidecar.header.num_samples)

@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from megatron_endprompt.disk import atomic_path
+
 _SUBJECTS = ["the river", "a merchant", "the old king", "my sister", "the north wind",
              "a young clerk", "the garden", "our captain", "the quiet town", "a grey horse"]
 _VERBS = ["remembers", "carries", "watches", "follows", "praises", "forgets", "finds",
@@ -42,12 +44,10 @@ def write_corpus(path: str, *, num_docs: int, seed: int = 0,
                  min_sentences: int = 2, max_sentences: int = 120) -> str:
     """Write ``num_docs`` JSONL documents ``{"text": ...}`` of varied length to ``path``."""
     rng = np.random.default_rng(seed)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(path, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for _ in range(num_docs):
             n = int(rng.integers(min_sentences, max_sentences + 1))
             f.write(json.dumps({"text": document(rng, n)}) + "\n")
-    os.replace(tmp, path)
     return path
 
 

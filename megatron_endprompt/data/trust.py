@@ -24,6 +24,7 @@ import logging
 import os
 
 from megatron_endprompt.data.sidecar import VERSION, Sidecar, file_fingerprint, verify_sidecar
+from megatron_endprompt.disk import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -59,17 +60,12 @@ def _load(path: str) -> dict | None:
 
 def _store(path: str, entry: dict) -> None:
     """Atomic write; an unwritable cache only costs a re-verification next time."""
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(entry, f, sort_keys=True)
-        os.replace(tmp, path)
+        write_text(path, json.dumps(entry, sort_keys=True), fsync=False)
     except OSError as exc:
         logger.warning("cannot cache the verification of %s in %s (%s); it will be verified "
                        "again at the next start", entry.get("files"), path, exc.strerror)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def ensure_verified(sidecar: Sidecar, prefix: str, directory: str, *,

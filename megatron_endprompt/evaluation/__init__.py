@@ -5,7 +5,7 @@ prompts and ``ruler`` fits them to a length (RULER's protocol); ``passkey`` is t
 landmark-attention prompt; ``perplexity`` the per-document PoSE/LongLoRA protocol; ``runner``
 loads and runs the model; ``scoring`` and ``report`` score and write; ``suite`` is the
 pipeline (``EvalConfig`` + ``run_eval``); ``lm_eval_backend`` runs any lm-evaluation-harness
-task and ``lm_eval_results`` reads its metrics. ``tasks`` holds the pre-RULER prompts
+task and ``lm_eval_results`` reads its metrics. ``legacy_tasks`` holds the pre-RULER prompts
 (``legacy_*`` tasks).
 ``ruler_qa`` is RULER's qa_1/qa_2 from local files; ``longbench_spec``/``longbench_metrics``/
 ``longbench`` run LongBench; ``short_text`` (lm-eval on local files) and ``humaneval`` the

@@ -8,16 +8,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from megatron_endprompt.evaluation.ruler_qa import QA_TASKS
+from megatron_endprompt.evaluation import report
+from megatron_endprompt.evaluation.longbench import available_tasks, load_task, run_longbench
+from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, load_qa
+from megatron_endprompt.evaluation.short_text import run_short_text
 
 __all__ = ["check_files", "run"]
 
 
 def check_files(cfg: Any, gen_tasks: list[str]) -> None:
     """RULER QA, LongBench and short-text files are readable (before the model loads)."""
-    from megatron_endprompt.evaluation.longbench import available_tasks, load_task
-    from megatron_endprompt.evaluation.ruler_qa import load_qa
-
     for task in gen_tasks:
         if task in QA_TASKS:
             load_qa(cfg.qa_dir or "", task)
@@ -30,20 +30,14 @@ def check_files(cfg: Any, gen_tasks: list[str]) -> None:
 def run(cfg: Any, model: Any, tokenizer: Any, results: dict[str, Any],
                     bar: Any, start: float) -> None:
     """LongBench and short-text retention at the largest length, into ``results``."""
-    from megatron_endprompt.evaluation import report
-
     length = max(cfg.lengths)
     if cfg.longbench_dir:
-        from megatron_endprompt.evaluation.longbench import run_longbench
-
         results["longbench"] = run_longbench(model, tokenizer, cfg.longbench_dir,
                                              length=length, limit=cfg.bench_limit,
                                              batch_size=cfg.batch_size, progress=bar)
         results["meta"]["elapsed_s"] = round(time.time() - start, 2)
         report.write_tables(results, cfg.output)
     if cfg.short_text_dir:
-        from megatron_endprompt.evaluation.short_text import run_short_text
-
         results["short_text"] = run_short_text(model, tokenizer, cfg.short_text_dir,
                                                length=length, batch_size=cfg.batch_size,
                                                limit=cfg.bench_limit, seed=cfg.seed,

@@ -20,13 +20,13 @@ blocks sockets); only run model output you would run yourself, on a machine with
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation import runner
 from megatron_endprompt.evaluation.local_jsonl import read_items
 
 __all__ = ["STOP", "load_problems", "truncate_completion", "program", "run_program",
@@ -87,10 +87,8 @@ def run_program(source: str, *, timeout: float = 10.0) -> dict[str, Any]:
 def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: int = 0,
                   timeout: float = 10.0, progress: Any = None) -> dict[str, Any]:
     """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``."""
-    from megatron_endprompt.evaluation.runner import greedy_generate, model_eos_ids, pad_id
-
     problems = load_problems(path, limit)
-    pad, eos = pad_id(tokenizer), model_eos_ids(model, tokenizer)
+    pad, eos = runner.pad_id(tokenizer), runner.model_eos_ids(model, tokenizer)
     if progress is not None:
         progress.total = (progress.total or 0) + len(problems)
         progress.set_description("humaneval")
@@ -101,7 +99,7 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
         if budget < 1:
             raise UserError(f"--lengths {length}: HumanEval {p['task_id']} has a "
                             f"{len(ids)}-token prompt; use a longer length")
-        out = greedy_generate(model, [ids], max_new_tokens=budget, pad_id=pad, eos_ids=eos)[0]
+        out = runner.greedy_generate(model, [ids], max_new_tokens=budget, pad_id=pad, eos_ids=eos)[0]
         completion = truncate_completion(tokenizer.decode(out, skip_special_tokens=True))
         res = run_program(program(p, completion), timeout=timeout)
         recs.append({"task_id": p["task_id"], "completion": completion, **res})

@@ -25,6 +25,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import report
+from megatron_endprompt.evaluation import runner
 from megatron_endprompt.evaluation.lm_eval_results import read_results
 from megatron_endprompt.evaluation.results_io import check_writable
 from megatron_endprompt.evaluation.suite import EvalConfig, model_meta
@@ -147,8 +148,6 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     except ImportError:
         raise UserError("--backend lm-eval needs lm-evaluation-harness: pip install "
                         "'megatron-endprompt[lm-eval]' (lm-eval[hf,ruler])") from None
-    from megatron_endprompt.evaluation import runner
-
     runner.load_tokenizer(cfg.hf_dir)  # one line for missing tokenizer files, not lm-eval's
     meta = model_meta(cfg.hf_dir)
     tm, objects, picks, leaves = _load(cfg)

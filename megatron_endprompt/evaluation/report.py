@@ -13,18 +13,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from megatron_endprompt.disk import write_text
 from megatron_endprompt.evaluation.lm_eval_results import metrics_markdown
 from megatron_endprompt.evaluation.paper_report import (
     RULER_13,
     paper_tables,
     ruler_paper_average,
 )
-from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
-from megatron_endprompt.evaluation.results_io import (
-    finite_or_null,
-    sanitized,
-    write_text_atomic,
-)
+from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS
+from megatron_endprompt.evaluation.results_io import finite_or_null, sanitized
 from megatron_endprompt.evaluation.scoring import mean_score
 
 __all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
@@ -237,8 +234,8 @@ def write_tables(results: dict[str, Any], json_path: str) -> list[str]:
     paths = output_paths(json_path)
     os.makedirs(os.path.dirname(os.path.abspath(paths["json"])), exist_ok=True)
     clean = finite({k: v for k, v in results.items() if k != "written"})
-    write_text_atomic(paths["json"], json.dumps(clean, indent=2, allow_nan=False) + "\n")
-    write_text_atomic(paths["md"], markdown_table(clean))
+    write_text(paths["json"], json.dumps(clean, indent=2, allow_nan=False) + "\n")
+    write_text(paths["md"], markdown_table(clean))
     return [paths["json"], paths["md"]]
 
 

@@ -13,10 +13,11 @@ import os
 import sys
 from typing import Any
 
-from megatron_endprompt.errors import UserError, check_writable_location
+from megatron_endprompt import disk
+from megatron_endprompt.errors import UserError
 
 __all__ = ["check_weights_readable", "check_writable", "finite_or_null", "sanitized",
-           "write_json_now", "write_text_atomic"]
+           "write_json_now"]
 
 
 def check_writable(path: str, *, flag: str = "--output", create: bool = True) -> None:
@@ -28,7 +29,7 @@ def check_writable(path: str, *, flag: str = "--output", create: bool = True) ->
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a directory; give a file path, e.g. "
                         f"{os.path.join(path, 'results.json')}")
-    check_writable_location(path, flag=flag, create=create)
+    disk.check_writable(path, flag=flag, create=create)
 
 
 def finite_or_null(value: Any, *, where: str = "", found: list[str] | None = None) -> Any:
@@ -65,23 +66,9 @@ def sanitized(results: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def write_text_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling and a rename; on any failure (a
-    full disk, a signal) the temporary is removed and ``path`` keeps its previous content."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_json_now(results: dict[str, Any], path: str) -> None:
     """Write ``results`` (sanitised) to ``path`` atomically: a later crash keeps what finished."""
-    write_text_atomic(path, json.dumps(sanitized(results), indent=2, allow_nan=False) + "\n")
+    disk.write_text(path, json.dumps(sanitized(results), indent=2, allow_nan=False) + "\n")
 
 
 def check_weights_readable(hf_dir: str) -> None:

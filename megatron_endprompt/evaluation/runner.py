@@ -15,8 +15,6 @@ from megatron_endprompt.evaluation.scoring import score
 __all__ = ["load_model", "load_tokenizer", "greedy_generate", "run_generation", "pad_id",
            "model_eos_ids"]
 
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 def load_tokenizer(hf_dir: str) -> Any:
     """``AutoTokenizer`` of ``hf_dir`` (local files only)."""

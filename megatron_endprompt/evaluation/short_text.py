@@ -27,6 +27,7 @@ import tempfile
 from typing import Any
 
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.humaneval import run_humaneval
 
 __all__ = ["BENCHMARKS", "FILES", "task_yaml", "run_short_text", "average"]
 
@@ -159,8 +160,6 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
                    limit: int = 0, seed: int = 42, progress: Any = None) -> dict[str, Any]:
     """Every benchmark whose file is in ``root``; ``{"benchmarks": {name: {"score", ...}},
     "average", "missing", "complete"}``."""
-    from megatron_endprompt.evaluation.humaneval import run_humaneval
-
     if not os.path.isdir(root):
         raise UserError(f"--short-text-dir {root}: no such directory")
     have = [b for b in BENCHMARKS if os.path.isfile(os.path.join(root, FILES[b][0]))]

@@ -21,8 +21,11 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import bench_stage
+from megatron_endprompt.evaluation import legacy_tasks as old
+from megatron_endprompt.evaluation import passkey, perplexity, report, ruler, ruler_sources, runner
+from megatron_endprompt.evaluation.prompt import PromptSample, TextTokens
 from megatron_endprompt.evaluation.results_io import check_weights_readable, check_writable
-from megatron_endprompt.evaluation.ruler_qa import QA_TASKS
+from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, make_qa_samples
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
@@ -182,12 +185,8 @@ def model_meta(hf_dir: str) -> dict[str, Any]:
 def _prompts(task: str, length: int, cfg: EvalConfig, text_tokens: Any, legacy: Any,
              haystack: Any) -> list[Any]:
     """The prompt samples of one task at one length."""
-    from megatron_endprompt.evaluation import passkey, ruler
-
     try:
         if task in QA_TASKS:
-            from megatron_endprompt.evaluation.ruler_qa import make_qa_samples
-
             return make_qa_samples(task, text_tokens, qa_dir=cfg.qa_dir or "", length=length,
                                    samples=cfg.samples, seed=cfg.seed)
         if task in SYNTHETIC_TASKS:
@@ -206,9 +205,6 @@ def _prompts(task: str, length: int, cfg: EvalConfig, text_tokens: Any, legacy: 
 def _legacy_samples(task: str, length: int, cfg: EvalConfig, legacy: Any) -> list[Any]:
     """The pre-RULER prompts (inline passkey needle, grammar haystack), kept under
     ``legacy_*`` names for comparison with old results."""
-    from megatron_endprompt.evaluation import tasks as old
-    from megatron_endprompt.evaluation.prompt import PromptSample
-
     name = task[len("legacy_"):]
     made = old.make_samples(name, legacy["tokens"], lengths=[length], depths=cfg.depths,
                             samples=cfg.samples, seed=cfg.seed, fillers=legacy["fillers"])
@@ -220,9 +216,6 @@ def _legacy_samples(task: str, length: int, cfg: EvalConfig, legacy: Any) -> lis
 def _check_lengths(cfg: EvalConfig, gen_tasks: list[str], text_tokens: Any,
                    haystack: Any) -> None:
     """Every RULER / passkey task fits every length (checked before the model loads)."""
-    from megatron_endprompt.evaluation import passkey, ruler
-    from megatron_endprompt.evaluation import tasks as old
-
     legacy_tokens = None
     for length in cfg.lengths:
         try:
@@ -247,8 +240,6 @@ def _check_lengths(cfg: EvalConfig, gen_tasks: list[str], text_tokens: Any,
 
 def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``cfg`` and write its reports; returns the results dict."""
-    from megatron_endprompt.evaluation import report
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     cfg.validate()
     paths = report.output_paths(cfg.output)
@@ -259,9 +250,6 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     meta = model_meta(cfg.hf_dir)
 
     import transformers
-
-    from megatron_endprompt.evaluation import perplexity, ruler_sources, runner
-    from megatron_endprompt.evaluation.prompt import TextTokens
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -292,8 +280,6 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
             f"max_position_embeddings ({mpe}); evaluating anyway")
     legacy: dict[str, Any] = {}
     if any(t in LEGACY_TASKS for t in gen_tasks):
-        from megatron_endprompt.evaluation import tasks as old
-
         legacy = {"tokens": old.PromptTokens(tokenizer), "fillers": {}}
 
     import torch
@@ -354,8 +340,6 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
 def _run_ppl(cfg: EvalConfig, model: Any, tokenizer: Any, texts: list[str], docs: list[Any],
              results: dict[str, Any], bar: Any, start: float) -> None:
     """Perplexity at every length into ``results["ppl"]``, tables rewritten after each."""
-    from megatron_endprompt.evaluation import perplexity, report
-
     by_length: dict[str, Any] = {}
     legacy_ppl = cfg.ppl_protocol == "legacy-stream"
     results["ppl"] = {"data": cfg.ppl_data, "stride": cfg.ppl_stride,

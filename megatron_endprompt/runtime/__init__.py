@@ -6,7 +6,13 @@ the pretrain entry does it):
 * the version gate (:mod:`.versions`), once;
 * the wheel fixes (:mod:`.wheel`), always — GPU runs hit the wheel's bugs too;
 * the TE fused-RoPE router for per-row freqs (:mod:`.rope`), when TE's kernel is present;
-* the CPU layer (:mod:`.cpu`), only when ``torch.cuda.is_available()`` is False.
+* the CPU layer (:mod:`.cpu`), only when ``torch.cuda.is_available()`` is False;
+* with ``trainer=True`` (the pretrain entry), the training rank's process-wide settings
+  (:mod:`.process`, :mod:`.child_death`): ``CUDA_DEVICE_MAX_CONNECTIONS=1`` unless set, and
+  the child reaper (checkpoint-writer children exit with the rank).
+
+:func:`quiet` (every tool, before it imports Megatron) installs the import-noise warning
+filters the same way. Nothing else in the package changes process-wide state.
 
 Each layer patches through a :class:`~.ledger.Ledger` (:func:`uninstall` restores every
 original) that first checks each patched Megatron function's fingerprint, so a Megatron change
@@ -18,25 +24,69 @@ from __future__ import annotations
 
 import sys
 
-from megatron_endprompt.runtime.cpu import CPU_ARGS
+from megatron_endprompt.runtime.child_death import install_child_reaper
+from megatron_endprompt.runtime.cpu import CPU_ARGS, with_cpu_args
 from megatron_endprompt.runtime.ledger import Ledger, PatchedFunctionChanged, fingerprint
+from megatron_endprompt.runtime.process import (
+    CHECKPOINT_NOISE,
+    IMPORT_NOISE,
+    quiet_warnings,
+    set_env_default,
+)
 from megatron_endprompt.runtime.scoped import cpu_checkpoint_io, cpu_forward
 from megatron_endprompt.runtime.versions import check_megatron_version
 
 __all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
-           "cpu_forward", "fingerprint", "install", "installed_layers", "patches", "uninstall"]
+           "cpu_forward", "fingerprint", "install", "installed_layers", "patches", "quiet",
+           "uninstall", "with_cpu_args"]
 
 #: Layer name -> its ledger, for the layers installed in this process.
 _LAYERS: dict[str, Ledger] = {}
 
 
-def install(*, cpu: bool | None = None, verbose: bool = True) -> dict[str, bool]:
+def _install_layer(name: str, step) -> None:
+    """Run ``step(ledger)`` as layer ``name`` unless it is installed; a failing step leaves
+    nothing of itself behind."""
+    if name in _LAYERS:
+        return
+    ledger = Ledger()
+    try:
+        step(ledger)
+    except BaseException:
+        ledger.restore()
+        raise
+    _LAYERS[name] = ledger
+
+
+def _trainer_process(ledger: Ledger) -> None:
+    # Megatron requires this for TP>1 (kernel launches ordered on one CUDA queue)
+    set_env_default(ledger, "CUDA_DEVICE_MAX_CONNECTIONS", "1", patch="trainer-env")
+    install_child_reaper(ledger)
+
+
+def quiet(*, checkpoints: bool = False) -> None:
+    """Silence import-time chatter that is not actionable (:data:`.process.IMPORT_NOISE`, and
+    torch's 'No CUDA runtime' log line on CPU) as layer ``quiet``; ``checkpoints``: also
+    torch.distributed.checkpoint's notices and Megatron's checkpoint loggers (layer
+    ``quiet-checkpoints``). Call before importing Megatron; undone by :func:`uninstall`."""
+    _install_layer("quiet", lambda ledger: quiet_warnings(
+        ledger, IMPORT_NOISE, loggers=("torch.utils.cpp_extension",)))
+    if checkpoints:
+        _install_layer("quiet-checkpoints", lambda ledger: quiet_warnings(
+            ledger, CHECKPOINT_NOISE, patch="quiet-checkpoints",
+            loggers=("megatron.core.dist_checkpointing", "megatron.core.models.gpt.gpt_model")))
+
+
+def install(*, cpu: bool | None = None, verbose: bool = True,
+            trainer: bool = False) -> dict[str, bool]:
     """Install the runtime once per process; later calls add only layers still missing.
 
     Args:
         cpu: install the CPU layer; ``None`` (default) = exactly when CUDA is unavailable.
             ``True`` forces it on a GPU machine (tests), ``False`` never installs it.
         verbose: print one line to stderr when the CPU layer is installed.
+        trainer: also the training rank's process-wide settings (layer ``trainer``: the
+            CUDA launch-queue variable, the child reaper); listed by :func:`patches`.
 
     Returns: ``{"wheel": True, "rope": bool, "cpu": bool}`` — which layers are installed now.
 
@@ -57,16 +107,12 @@ def install(*, cpu: bool | None = None, verbose: bool = True) -> dict[str, bool]
     steps = [("wheel", install_wheel_fixes), ("rope", install_rope_fallback)]
     if cpu:
         steps.append(("cpu", install_cpu_layer))
+    if trainer:
+        steps.append(("trainer", _trainer_process))
     for name, step in steps:
         if name in _LAYERS:
             continue
-        ledger = Ledger()
-        try:
-            step(ledger)
-        except BaseException:
-            ledger.restore()
-            raise
-        _LAYERS[name] = ledger
+        _install_layer(name, step)
         if name == "cpu" and verbose:
             print(f"megatron_endprompt: no CUDA device, running Megatron-Core {version} on CPU "
                   "(megatron_endprompt.runtime)", file=sys.stderr, flush=True)

@@ -13,7 +13,10 @@ target behind a small guard that
   platform, any starting thread; also covers a parent that died before ``prctl``).
 
 The patch is on ``multiprocessing.process.BaseProcess.start`` (so fork, spawn, forkserver and
-``Manager`` processes are all covered), undone by :func:`uninstall_child_reaper`.
+``Manager`` processes are all covered). It goes through the runtime's ledger:
+``runtime.install(trainer=True)`` (the pretrain entry) installs it and ``runtime.uninstall()``
+undoes it; :func:`install_child_reaper` without a ledger records it in this module's own,
+undone by :func:`uninstall_child_reaper`.
 """
 
 from __future__ import annotations
@@ -24,12 +27,17 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from megatron_endprompt.runtime.ledger import Ledger
 
 __all__ = ["install_child_reaper", "uninstall_child_reaper", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
-_original_start: Callable[..., Any] | None = None
+_PATCH = "child-reaper"
+_own = Ledger()
+"""The ledger of :func:`install_child_reaper` called without one."""
 
 
 def die_with_parent(parent_pid: int, *, pdeathsig: bool = True, poll_s: float = 1.0) -> None:
@@ -65,28 +73,32 @@ class _DieWithParent:
         return self.target(*args, **kwargs)
 
 
-def _start(self: multiprocessing.process.BaseProcess) -> None:
-    target = getattr(self, "_target", None)
-    if target is not None and not isinstance(target, _DieWithParent):
-        self._target = _DieWithParent(
-            target, os.getpid(), threading.current_thread() is threading.main_thread())
-    assert _original_start is not None
-    return _original_start(self)
+def _guarded_start(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``BaseProcess.start`` that first wraps the process target in :class:`_DieWithParent`."""
+
+    def start(self: multiprocessing.process.BaseProcess) -> None:
+        target = getattr(self, "_target", None)
+        if target is not None and not isinstance(target, _DieWithParent):
+            self._target = _DieWithParent(
+                target, os.getpid(), threading.current_thread() is threading.main_thread())
+        return original(self)
+
+    start.endprompt_child_reaper = True  # type: ignore[attr-defined]
+    return start
 
 
-def install_child_reaper() -> bool:
-    """Patch ``BaseProcess.start``; returns False if it already was (idempotent)."""
-    global _original_start
-    if _original_start is not None:
+def install_child_reaper(ledger: Ledger | None = None) -> bool:
+    """Patch ``BaseProcess.start`` through ``ledger`` (default: this module's own); returns
+    False if it already was (idempotent)."""
+    owner = multiprocessing.process.BaseProcess
+    if getattr(owner.start, "endprompt_child_reaper", False):
         return False
-    _original_start = multiprocessing.process.BaseProcess.start
-    multiprocessing.process.BaseProcess.start = _start
+    (_own if ledger is None else ledger).replace(owner, "start", _guarded_start(owner.start),
+                                                 patch=_PATCH)
     return True
 
 
 def uninstall_child_reaper() -> None:
-    """Undo :func:`install_child_reaper` (children already started keep their guards)."""
-    global _original_start
-    if _original_start is not None:
-        multiprocessing.process.BaseProcess.start = _original_start
-        _original_start = None
+    """Undo :func:`install_child_reaper` called without a ledger (children already started keep
+    their guards)."""
+    _own.restore()

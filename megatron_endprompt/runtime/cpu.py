@@ -14,9 +14,8 @@ the pretrain entry adds the ones the user did not set.
 
 from __future__ import annotations
 
-import os
-
 from megatron_endprompt.runtime.ledger import Ledger
+from megatron_endprompt.runtime.process import set_env_default
 
 #: Megatron command-line flags a CPU run needs (no Transformer Engine, no CUDA fusions).
 CPU_ARGS: tuple[str, ...] = (
@@ -32,6 +31,21 @@ CPU_ARGS: tuple[str, ...] = (
 )
 
 
+def with_cpu_args(argv: list[str]) -> list[str]:
+    """``argv`` with the :data:`CPU_ARGS` the user did not set prepended (a flag the user gave,
+    with or without ``=value``, is kept as given)."""
+    present = set(a.split("=")[0] for a in argv if a.startswith("--"))
+    extra: list[str] = []
+    i = 0
+    while i < len(CPU_ARGS):
+        flag = CPU_ARGS[i]
+        takes_value = i + 1 < len(CPU_ARGS) and not CPU_ARGS[i + 1].startswith("--")
+        if flag not in present:
+            extra += CPU_ARGS[i:i + 1 + takes_value]
+        i += 1 + takes_value
+    return extra + list(argv)
+
+
 def install_cpu_layer(ledger: Ledger) -> None:
     """Apply the torch and Megatron CPU patches through ``ledger``."""
     from megatron_endprompt.runtime.cpu_megatron import install_megatron_cpu_patches
@@ -39,6 +53,6 @@ def install_cpu_layer(ledger: Ledger) -> None:
 
     # Megatron requires this for TP>1 (it orders kernel launches on one CUDA queue); on CPU
     # it changes nothing but silences the check.
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    set_env_default(ledger, "CUDA_DEVICE_MAX_CONNECTIONS", "1", patch="cpu-env")
     install_torch_patches(ledger)
     install_megatron_cpu_patches(ledger)

@@ -18,8 +18,8 @@ import argparse
 import json
 import math
 import os
-import tempfile
 
+from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
 
 __all__ = ["blends", "blend_prefixes", "check_startup", "parse_args_checked"]
@@ -182,9 +182,7 @@ def _check_cache_path(args: argparse.Namespace) -> None:
         raise UserError(f"--data-cache-path {path}: {probe} is not a directory; give a "
                         "directory")
     try:  # a real write: ``os.access`` says yes to root on a read-only mount
-        fd, tmp = tempfile.mkstemp(prefix=".endprompt-write-probe-", dir=probe or ".")
-        os.close(fd)
-        os.unlink(tmp)
+        writable_ancestor(probe or ".")
     except OSError as exc:
         raise UserError(f"--data-cache-path {path}: {probe or '.'} is not writable "
                         f"({exc.strerror}); point it at a writable directory (the index "

@@ -154,8 +154,6 @@ class LongEvaluator:
                 docs = [d if bos and d[:1].tolist() == bos else
                         np.concatenate([np.asarray(bos, dtype=np.int64), d]) for d in docs]
             else:
-                from megatron_endprompt.evaluation.perplexity import load_documents
-
                 docs = [np.asarray(self.encode(t), dtype=np.int64) for t in self._texts]
             self._docs = docs
         return self._docs

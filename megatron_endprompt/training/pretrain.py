@@ -2,7 +2,8 @@
 
     torchrun ... -m megatron_endprompt.training.pretrain <Megatron flags> --endprompt-target-length L
 
-Flow: ``runtime.install()`` (wheel fixes always, the CPU layer without a GPU) ->
+Flow: ``runtime.install(trainer=True)`` (wheel fixes always, the CPU layer without a GPU, the
+child reaper) ->
 ``parse_and_validate_args`` with our
 ``--endprompt-*`` flags -> check every data prefix's sidecar against them -> config container
 -> ``megatron.training.pretrain`` with our dataset provider, model provider and forward step.
@@ -13,42 +14,22 @@ from __future__ import annotations
 import os
 import sys
 
-def _with_cpu_flags(argv: list[str]) -> list[str]:
-    """Prepend the runtime's CPU flags (local layer spec, no CUDA fusions) the user did not set."""
-    from megatron_endprompt.runtime import CPU_ARGS as CPU_FLAGS
-
-    present = set(a.split("=")[0] for a in argv if a.startswith("--"))
-    extra: list[str] = []
-    i = 0
-    while i < len(CPU_FLAGS):
-        flag = CPU_FLAGS[i]
-        takes_value = i + 1 < len(CPU_FLAGS) and not CPU_FLAGS[i + 1].startswith("--")
-        if flag not in present:
-            extra += CPU_FLAGS[i:i + 1 + takes_value]
-        i += 1 + takes_value
-    return extra + argv
+from megatron_endprompt import runtime
+from megatron_endprompt.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse flags, check sidecars, run Megatron's ``pretrain``."""
-    from megatron_endprompt.compat import quiet_megatron_import_noise
-
-    quiet_megatron_import_noise()
+    runtime.quiet()
     import torch
 
-    from megatron_endprompt import runtime
-    from megatron_endprompt.errors import UserError
-    from megatron_endprompt.runtime.child_death import install_child_reaper
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        layers = runtime.install()
+    try:  # trainer: the launch-queue variable and the child reaper, in the ledger too
+        layers = runtime.install(trainer=True)
     except RuntimeError as exc:  # version gate or a changed patched function: one line
         raise SystemExit(f"error: {exc}") from None
-    install_child_reaper()  # checkpoint-writer children exit with this rank
     if layers["cpu"]:
-        argv = _with_cpu_flags(argv)
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+        argv = runtime.with_cpu_args(argv)
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain

@@ -13,7 +13,7 @@ import pytest
 from sidecar_edit import rewrite_header
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-from megatron_endprompt.data import sidecar as sc_mod
+from megatron_endprompt.data import sidecar_format
 from megatron_endprompt.data.sidecar import (
     SidecarHeader,
     data_fingerprint,
@@ -64,7 +64,7 @@ def test_round_trip(good):
 
 
 def test_chunked_crc_equals_whole_crc(tmp_path, monkeypatch):
-    monkeypatch.setattr(sc_mod, "_CHUNK", 64)  # 4 records per chunk
+    monkeypatch.setattr(sidecar_format, "CHUNK", 64)  # 4 records per chunk
     prefix = str(tmp_path / "d")
     records = _write_set(prefix, n=23)
     sc = read_sidecar(sidecar_path(prefix), prefix=prefix)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from megatron_endprompt.data import sidecar as sc_mod
+from megatron_endprompt.data import sidecar_format
 from megatron_endprompt.data import trust
 from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
@@ -118,7 +119,7 @@ def test_full_verification_memory_is_one_chunk(tmp_path, monkeypatch):
                            idx_bytes=34 + 20 * n, bin_bytes=n * (P + 1) * 2)
     write_sidecar(path, header, records)
     del records
-    monkeypatch.setattr(sc_mod, "_CHUNK", 64 << 10)
+    monkeypatch.setattr(sidecar_format, "CHUNK", 64 << 10)
     sc = open_sidecar(path)
     tracemalloc.start()
     sc_mod.verify_sidecar(sc)

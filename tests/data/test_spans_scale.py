@@ -256,9 +256,9 @@ def test_memory_does_not_scale_with_the_corpus(tmp_path, monkeypatch):
     24 bytes per sample, 4.8 MB, for layout windows), full verification and the split's
     sample list allocate one block of temporaries (old: tens of bytes per sample); the
     checksum reads through one fixed buffer, made 64 KiB here to fit the bound."""
-    from megatron_endprompt.data import sidecar as sidecar_mod
+    from megatron_endprompt.data import sidecar_format
 
-    monkeypatch.setattr(sidecar_mod, "_CHUNK", 1 << 16)
+    monkeypatch.setattr(sidecar_format, "CHUNK", 1 << 16)
     n, tokens = 200_000, 2 * (200_000 + 1) * P
     open(tmp_path / "d.bin", "wb").truncate(2 * tokens)
     rng = np.random.default_rng(0)

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from megatron_endprompt.evaluation import tasks
+from megatron_endprompt.evaluation import legacy_tasks as tasks
 
 
 @pytest.fixture(autouse=True)

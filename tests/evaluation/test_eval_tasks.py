@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from megatron_endprompt.evaluation import tasks
+from megatron_endprompt.evaluation import legacy_tasks as tasks
 from megatron_endprompt.evaluation.scoring import score
 
 LENGTHS = [700, 1500]

@@ -256,3 +256,56 @@ def test_ledger_accepts_any_reviewed_release_fingerprint() -> None:
                      patch="t")
     assert "000000000000 (0.18.2), 111111111111 (0.20.0)" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_uninstall_removes_the_trainer_settings_and_the_import_filters() -> None:
+    """Issue 28: the child reaper (``multiprocessing``'s ``BaseProcess.start``), the CUDA
+    launch-queue variable and the import-noise warning filters were set outside
+    ``install()``'s ledger (by the pretrain entry, ``compat``, ``cli/convert``), so
+    ``uninstall()`` left them in place."""
+    _run_python("""
+        import logging, multiprocessing.process as mpp, os, warnings
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+        start, filters = mpp.BaseProcess.start, list(warnings.filters)
+        level = logging.getLogger("megatron.core.dist_checkpointing").level
+        from megatron_endprompt import runtime
+        runtime.quiet(checkpoints=True)
+        runtime.install(cpu=False, trainer=True)
+        assert mpp.BaseProcess.start is not start
+        assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+        from megatron_endprompt.runtime.process import CHECKPOINT_NOISE, IMPORT_NOISE
+        ours = set(IMPORT_NOISE + CHECKPOINT_NOISE)
+        def patterns():
+            return {f[1].pattern for f in warnings.filters if f[1] is not None}
+        assert not ours & {f[1].pattern for f in filters if f[1] is not None}
+        assert ours <= patterns()
+        assert logging.getLogger("megatron.core.dist_checkpointing").level == logging.ERROR
+        where = {w for _, w in runtime.patches()}
+        assert "multiprocessing.process.BaseProcess.start" in where, where
+        warnings.filterwarnings("ignore", message="added by someone else")
+        runtime.uninstall()
+        assert mpp.BaseProcess.start is start
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" not in os.environ
+        assert not ours & patterns() and "added by someone else" in patterns()
+        assert logging.getLogger("megatron.core.dist_checkpointing").level == level
+        assert runtime.patches() == []
+    """)
+
+
+def test_pretrain_entry_installs_the_reaper_through_the_ledger() -> None:
+    proc = _run_python("""
+        import multiprocessing.process as mpp, torch
+        torch.cuda.is_available = lambda: True
+        start = mpp.BaseProcess.start
+        from megatron_endprompt.training import pretrain
+        try:
+            pretrain.main(["--no-such-flag"])
+        except SystemExit:
+            pass
+        from megatron_endprompt import runtime
+        assert ("child-reaper", "multiprocessing.process.BaseProcess.start") in runtime.patches()
+        runtime.uninstall()
+        assert mpp.BaseProcess.start is start
+        print("OK")
+    """)
+    assert "OK" in proc.stdout

@@ -1,0 +1,52 @@
+"""``megatron_endprompt.disk``: the one atomic write and the one writability rule."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from megatron_endprompt import disk
+from megatron_endprompt.errors import UserError
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
+    path = str(tmp_path / "r.json")
+    disk.write_text(path, "old\n")
+    disk.write_text(path, "new\n")
+    assert open(path).read() == "new\n" and os.listdir(tmp_path) == ["r.json"]
+
+
+def test_a_failed_write_keeps_the_old_content(tmp_path):
+    path = str(tmp_path / "r.json")
+    disk.write_text(path, "old\n")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with disk.atomic_path(path) as tmp:
+            with open(tmp, "w") as f:
+                f.write("half")
+            raise RuntimeError("disk full")
+    assert open(path).read() == "old\n" and os.listdir(tmp_path) == ["r.json"]
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
+    path = str(tmp_path / "x.endprompt")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for pid in (dead, str(os.getpid())):
+        open(f"{path}.tmp-{pid}", "w").close()
+    assert disk.remove_stale_temporaries(path) == [f"{path}.tmp-{dead}"]
+    assert os.listdir(tmp_path) == [f"x.endprompt.tmp-{os.getpid()}"]
+
+
+def test_check_writable_probes_the_nearest_existing_ancestor(tmp_path):
+    disk.check_writable(str(tmp_path / "a" / "b" / "out.json"), flag="--output")
+    assert os.listdir(tmp_path) == []  # nothing left behind
+    disk.check_writable(str(tmp_path / "a" / "out.json"), flag="--output", create=True)
+    assert os.listdir(tmp_path) == ["a"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match=r"^--output .*file/out\.json: cannot write in "):
+        disk.check_writable(str(tmp_path / "file" / "out.json"), flag="--output")
+    with pytest.raises(UserError, match="cannot write in /proc"):
+        disk.check_writable(f"/proc/endprompt-{os.getpid()}/out", flag="--output-prefix")
