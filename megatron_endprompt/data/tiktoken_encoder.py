@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from megatron_endprompt.data import encode
+from megatron_endprompt.data.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.tiktoken_bpe import convert
 
 #: Texts on which tiktoken and the HF engine are most likely to differ.
@@ -157,7 +158,8 @@ def choose_encoder(tokenizer, texts: list[str], *, append_eod: bool, workers: in
     if fast is not None:
         diff = probe_tiktoken(fast, tokenizer, texts, append_eod=append_eod)
         if diff is None:
-            return fast, "tiktoken", (f"{what}; ids equal Megatron's on {len(texts)} documents "
+            whose = ("tokenizers'" if isinstance(tokenizer, JsonTokenizer) else "Megatron's")
+            return fast, "tiktoken", (f"{what}; ids equal {whose} on {len(texts)} documents "
                                       f"and {len(STRESS_TEXTS) + 1} stress texts")
         fast.close()
         what = diff
