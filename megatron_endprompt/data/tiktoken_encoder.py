@@ -5,7 +5,10 @@ accepts is encoded by ``tiktoken`` (~5x less CPU per token than HF ``tokenizers`
 after :func:`probe_tiktoken` found the same ids as Megatron's own tokenizer on the first
 documents and on :data:`STRESS_TEXTS` (digit runs, contractions in both cases, whitespace and
 newline runs, scripts with combining marks, emoji sequences, special-token literals). Either
-failure falls back to the HF path with one line saying why.
+failure falls back to the HF path with one line saying why. When a cached verdict
+(:mod:`~megatron_endprompt.data.tokenizer_verdict`) says ``tokenizer.json`` alone is Megatron's
+tokenizer, "Megatron's" ids here are those of its ``tokenizers`` stand-in
+(:class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer`), and the line says so.
 
 Same guarantees as the HF fast path (:class:`~megatron_endprompt.data.encode.FastEncoder`):
 ``--workers`` threads (tiktoken releases the GIL), documents longer than ``_CHUNK_CHARS``
