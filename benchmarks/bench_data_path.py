@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_ratio_net": cpu_net["plain"] / cpu_net["ours"],
             "cpu_ratio": cpu["plain"] / cpu["ours"],
             "identical_bin_idx": pre["identical_bin_idx"],
+            "cold": pre["cold"] | {"ratio": best["plain"] / pre["cold"]["wall"]},
             "ceiling": ceiling and {
                 **ceiling, "tokens_per_s": tokens / ceiling["wall"],
                 "tokens_per_cpu_s": tokens / ceiling["cpu"],
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
          f"{r['ours_tokens_per_cpu_s']:,.0f}", f"{r['cpu_ratio']:.2f}x"),
         ("tokens/CPU-s net of start-up  plain / ours", f"{r['plain_tokens_per_cpu_s_net']:,.0f} / "
          f"{r['ours_tokens_per_cpu_s_net']:,.0f}", f"{r['cpu_ratio_net']:.2f}x"),
+        (f"ours cold ({r['cold']['key']}: empty verdict cache) wall / CPU s",
+         f"{r['cold']['wall']:.1f} / {r['cold']['cpu']:.1f}",
+         f"{r['cold']['ratio']:.2f}x wall; verdict written: {r['cold']['verdict_written']}"),
         ("identical .bin/.idx to Megatron's", ", ".join(
             f"{k} {v}" for k, v in r["identical_bin_idx"].items()), ""),
     ]

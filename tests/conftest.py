@@ -13,6 +13,16 @@ import pytest
 SPM_P, SPM_L, SPM_B = 64, 512, 8
 
 
+@pytest.fixture(autouse=True)
+def verdict_cache(tmp_path_factory, monkeypatch):
+    """Each test its own empty tokenizer-verdict cache (never the user's ~/.cache): a test's
+    first preprocessing run is a cold one (``data.tokenizer_verdict``). Subprocesses inherit
+    it through the environment. Returns the cache root."""
+    root = tmp_path_factory.mktemp("verdict_cache")
+    monkeypatch.setenv("MEGATRON_ENDPROMPT_CACHE", str(root))
+    return root
+
+
 @pytest.fixture(scope="session")
 def spm_corpus(tmp_path_factory):
     """``corpus.jsonl`` (40 documents, some shorter than one sample) and ``spm.model`` trained on

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import add_layout_arguments, entry, layout_from_args
+from megatron_endprompt.data.gpt2_files import gpt2_files_only, wrap_gpt2_files
 from megatron_endprompt.errors import UserError, user_errors
 
 
@@ -49,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refused: sentence-level documents would break EndPrompt terminals")
     g.add_argument("--log-interval", type=int, default=1000,
                    help="documents between progress lines when stderr is not a terminal")
-    g.add_argument("--vocab-file", default=None, help="GPT2BPETokenizer vocab.json")
+    g.add_argument("--vocab-file", default=None,
+                   help="GPT2BPETokenizer vocab.json (wrapped as an HF tokenizer directory "
+                        "beside the output, named in one line)")
     g.add_argument("--merge-file", default=None, help="GPT2BPETokenizer merges.txt")
     add_layout_arguments(p)
     p.add_argument("--name", default=None, metavar="NAME",
@@ -70,13 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--split-sentences is not supported: EndPrompt terminals anchor a "
                         "document's context to its own continuation or tail, and sentence-level "
                         "documents would cut every sample at a sentence; drop the flag")
-    if args.tokenizer_type == "GPT2BPETokenizer":
-        given = " with --vocab-file/--merge-file" if args.vocab_file or args.merge_file else ""
-        raise UserError(
-            f"--tokenizer-type GPT2BPETokenizer{given}: Megatron-Core builds it from the 'gpt2' "
-            "Hugging Face hub entry, which cannot be reached offline; save the tokenizer as a "
-            "local Hugging Face directory (tokenizer.json) and pass --tokenizer-type "
-            "HuggingFaceTokenizer --tokenizer-model DIR (same ids, faster)")
+    tokenizer_type, tokenizer_model = _gpt2_files_as_hf(args)
     if args.partitions > 1 and args.partition_index is None:
         raise UserError(f"--partitions {args.partitions} needs --partition-index I (0.."
                         f"{args.partitions - 1}): run one process per partition, then "
@@ -86,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = PreprocessOptions(
             inputs=args.input,
             output_prefix=args.output_prefix,
-            tokenizer=TokenizerSpec(tokenizer_type=args.tokenizer_type,
-                                    tokenizer_model=args.tokenizer_model,
+            tokenizer=TokenizerSpec(tokenizer_type=tokenizer_type,
+                                    tokenizer_model=tokenizer_model,
                                     vocab_size=args.vocab_size),
             layout=layout,
             terminal_source=args.terminal_source,
@@ -113,6 +112,31 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"wrote {opts.prefix}.bin, .idx, {sidecar_path(opts.prefix, args.name)}")
     return 0
+
+
+def _gpt2_files_as_hf(args) -> tuple[str, str | None]:
+    """``(--tokenizer-type, --tokenizer-model)``, or for GPT-2's ``vocab.json``/``merges.txt`` (``GPT2BPETokenizer``
+    with ``--vocab-file``/``--merge-file``, or an HF directory holding only them) the HF
+    directory they are wrapped into beside the output (said in one line)."""
+    root = os.path.dirname(os.path.abspath(args.output_prefix))
+    if args.tokenizer_type == "GPT2BPETokenizer":
+        if not (args.vocab_file and args.merge_file):
+            raise UserError(
+                "--tokenizer-type GPT2BPETokenizer needs --vocab-file vocab.json and "
+                "--merge-file merges.txt (Megatron-Core would fetch 'gpt2' from the Hugging Face "
+                "hub, which cannot be reached offline)")
+        flag, files = "--vocab-file/--merge-file", (args.vocab_file, args.merge_file)
+    elif args.tokenizer_type == "HuggingFaceTokenizer" and args.tokenizer_model and \
+            os.path.isdir(args.tokenizer_model) and gpt2_files_only(args.tokenizer_model):
+        flag = f"--tokenizer-model {args.tokenizer_model}"
+        files = tuple(os.path.join(args.tokenizer_model, n) for n in ("vocab.json", "merges.txt"))
+    else:
+        return args.tokenizer_type, args.tokenizer_model
+    out = wrap_gpt2_files(*files, root, flag=flag)
+    print(f"tokenizer: GPT-2 vocab.json/merges.txt wrapped as a Hugging Face tokenizer in {out} "
+          f"(train with --tokenizer-type HuggingFaceTokenizer --tokenizer-model {out})",
+          file=sys.stderr, flush=True)
+    return "HuggingFaceTokenizer", out
 
 
 cli = entry(main)

@@ -23,6 +23,7 @@ import json
 import os
 from typing import Any
 
+from megatron_endprompt.data.gpt2_files import gpt2_files_only, gpt2_files_to_hf
 from megatron_endprompt.errors import UserError
 
 __all__ = ["LOADER_KEYS", "export_tokenizer", "portable_tokenizer_config", "sentencepiece_to_hf"]
@@ -142,41 +143,6 @@ def sentencepiece_to_hf(model_path: str) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, **named)
 
 
-def _gpt2_files_only(directory: str) -> bool:
-    """A GPT-2-style tokenizer directory: ``vocab.json`` + ``merges.txt`` and nothing that
-    tells ``AutoTokenizer`` its class (no ``tokenizer.json``/``tokenizer_config.json``)."""
-    names = set(os.listdir(directory))
-    return {"vocab.json", "merges.txt"} <= names and not \
-        names & {"tokenizer.json", "tokenizer_config.json", "config.json"}
-
-
-def gpt2_files_to_hf(directory: str) -> Any:
-    """Wrap GPT-2's ``vocab.json``/``merges.txt`` as a fast HF tokenizer (byte-level BPE, no
-    prefix space), ``<|endoftext|>`` as BOS/EOS/UNK when the vocabulary has it, as GPT-2's own
-    configuration does."""
-    from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE
-    from transformers import PreTrainedTokenizerFast
-
-    try:
-        with open(os.path.join(directory, "vocab.json"), encoding="utf-8") as f:
-            vocab = json.load(f)
-        # built with ``tokenizers`` directly: transformers 5's GPT2TokenizerFast ignores
-        # vocab_file/merges_file and would give an empty vocabulary
-        tok = Tokenizer(BPE.from_file(os.path.join(directory, "vocab.json"),
-                                      os.path.join(directory, "merges.txt")))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        end = "<|endoftext|>" if "<|endoftext|>" in vocab else None
-        if end:
-            tok.add_special_tokens([AddedToken(end, special=True, normalized=False)])
-        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end,
-                                       unk_token=end)
-    except Exception as exc:  # noqa: BLE001 - a malformed vocab/merges pair
-        raise UserError(f"--tokenizer {directory}: vocab.json/merges.txt do not make a GPT-2 "
-                        f"tokenizer ({str(exc)[:120]})") from None
-
-
 def portable_tokenizer_config(config: dict[str, Any], *, model_max_length: int | None
                               ) -> dict[str, Any]:
     """``tokenizer_config.json`` that transformers 4.45-4.57 and 5.x load the same way:
@@ -205,8 +171,9 @@ def export_tokenizer(source: str, out_dir: str, *, model_max_length: int | None 
     (``len()`` is the number of ids, added tokens included)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if os.path.isdir(source) and _gpt2_files_only(source):
-        tok = gpt2_files_to_hf(source)
+    if os.path.isdir(source) and gpt2_files_only(source):
+        tok = gpt2_files_to_hf(os.path.join(source, "vocab.json"),
+                               os.path.join(source, "merges.txt"), flag=f"--tokenizer {source}")
     elif os.path.isdir(source):
         try:
             tok = AutoTokenizer.from_pretrained(source, local_files_only=True)

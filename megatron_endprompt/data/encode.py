@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from megatron_endprompt.data.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.read_input import parse_line
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
@@ -165,7 +166,11 @@ def pool_encoded(lines, *, spec: TokenizerSpec, json_keys: list[str], append_eod
 def fast_backend(tokenizer):
     """The ``tokenizers.Tokenizer`` behind a Megatron ``HuggingFaceTokenizer`` whose
     ``tokenize`` is ``hf_tokenizer(text).input_ids`` (fast tokenizer, special tokens
-    included, Megatron's default), else ``None``."""
+    included, Megatron's default), else ``None``; a
+    :class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer`'s own backend (it stands
+    for Megatron's only where the two were found equal)."""
+    if isinstance(tokenizer, JsonTokenizer):
+        return tokenizer.backend
     library = getattr(tokenizer, "_tokenizer", None)
     hf = getattr(library, "tokenizer", None)
     if hf is None or not getattr(hf, "is_fast", False):

@@ -33,7 +33,8 @@ from megatron_endprompt.data.read_input import expand_inputs, input_range, read_
 from megatron_endprompt.data.samples import TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import check_sidecar_name, open_sidecar, sidecar_path
 from megatron_endprompt.data.tiktoken_encoder import BACKENDS, choose_encoder
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenizer import TokenizerSpec
+from megatron_endprompt.data.tokenizer_verdict import preprocessing_tokenizer
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -142,7 +143,10 @@ def _start_early(opts: PreprocessOptions, span) -> EarlyEncoding | None:
 
 def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
                 started: float, paths: list[str]) -> dict:
-    tokenizer = build_tokenizer(opts.tokenizer)  # fail fast, before any worker starts
+    # fail fast, before any worker starts; Megatron's tokenizer unless a cached verdict says
+    # tokenizer.json alone is it (tokenizer_verdict)
+    tokenizer, tokenizer_note = preprocessing_tokenizer(
+        opts.tokenizer, backend=None if early is None else early.backend)
     sidecar_opts = SidecarOptions(
         data_prefix=opts.prefix, layout=opts.layout, terminal_source=opts.terminal_source,
         terminal_length=opts.terminal_length, terminal_prompts=opts.terminal_prompts,
@@ -167,6 +171,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         encoder, path, why = choose_encoder(
             tokenizer, first_texts(read_lines(span), opts.json_keys), append_eod=opts.append_eod,
             workers=opts.workers, backend=opts.tokenizer_backend)
+        why = f"{why}; {tokenizer_note}" if tokenizer_note else why
         if opts.tokenizer_backend == "tiktoken" and path != "tiktoken":
             raise UserError(f"--tokenizer-backend tiktoken: cannot be used for "
                             f"{opts.tokenizer.tokenizer_model} ({why}); use "

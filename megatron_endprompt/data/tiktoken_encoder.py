@@ -5,7 +5,10 @@ accepts is encoded by ``tiktoken`` (~5x less CPU per token than HF ``tokenizers`
 after :func:`probe_tiktoken` found the same ids as Megatron's own tokenizer on the first
 documents and on :data:`STRESS_TEXTS` (digit runs, contractions in both cases, whitespace and
 newline runs, scripts with combining marks, emoji sequences, special-token literals). Either
-failure falls back to the HF path with one line saying why.
+failure falls back to the HF path with one line saying why. When a cached verdict
+(:mod:`~megatron_endprompt.data.tokenizer_verdict`) says ``tokenizer.json`` alone is Megatron's
+tokenizer, "Megatron's" ids here are those of its ``tokenizers`` stand-in
+(:class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer`), and the line says so.
 
 Same guarantees as the HF fast path (:class:`~megatron_endprompt.data.encode.FastEncoder`):
 ``--workers`` threads (tiktoken releases the GIL), documents longer than ``_CHUNK_CHARS``
@@ -22,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from megatron_endprompt.data import encode
+from megatron_endprompt.data.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.tiktoken_bpe import convert
 
 #: Texts on which tiktoken and the HF engine are most likely to differ.
@@ -157,7 +161,8 @@ def choose_encoder(tokenizer, texts: list[str], *, append_eod: bool, workers: in
     if fast is not None:
         diff = probe_tiktoken(fast, tokenizer, texts, append_eod=append_eod)
         if diff is None:
-            return fast, "tiktoken", (f"{what}; ids equal Megatron's on {len(texts)} documents "
+            whose = ("tokenizers'" if isinstance(tokenizer, JsonTokenizer) else "Megatron's")
+            return fast, "tiktoken", (f"{what}; ids equal {whose} on {len(texts)} documents "
                                       f"and {len(STRESS_TEXTS) + 1} stress texts")
         fast.close()
         what = diff

@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from megatron_endprompt.data.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.tokenizer_identity import vocab_fingerprint
 from megatron_endprompt.errors import UserError
 
@@ -93,6 +94,8 @@ def encode_plain(tokenizer: Any, text: str) -> list[int]:
     their single ids. SentencePiece and TikToken libraries add nothing, so their
     ``tokenize`` is used as is.
     """
+    if isinstance(tokenizer, JsonTokenizer):
+        return list(tokenizer.encode_plain(text))
     hf = hf_tokenizer_of(tokenizer)
     if hf is not None:
         return list(hf.encode(text, add_special_tokens=False))
@@ -111,26 +114,10 @@ def token_text(tokenizer: Any, token_id: int) -> str | None:
         return None
 
 
-class JsonDetokenizer:
-    """Detokenizing with ``tokenizers`` alone, for ``inspect``: what Megatron's
-    ``HuggingFaceTokenizer.detokenize`` does (id -> token strings -> the file's decoder) without
-    importing torch, Megatron-Core and transformers (~4 s of CPU). ``vocab_size`` is the size
-    recorded with the data."""
-
-    def __init__(self, backend: Any, vocab_size: int) -> None:
-        self.backend, self.vocab_size = backend, vocab_size
-
-    def ids_to_tokens(self, ids: list[int]) -> list[str | None]:
-        return [self.backend.id_to_token(int(i)) for i in ids]
-
-    def detokenize(self, ids: list[int]) -> str:
-        tokens = [t for t in self.ids_to_tokens(ids) if t is not None]
-        decoder = self.backend.decoder
-        return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
-
-
-def json_detokenizer(recorded: dict) -> JsonDetokenizer | None:
-    """A :class:`JsonDetokenizer` for a recorded ``HuggingFaceTokenizer`` identity whose
+def json_detokenizer(recorded: dict) -> JsonTokenizer | None:
+    """A :class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer` (what Megatron's
+    ``HuggingFaceTokenizer.detokenize`` does, without importing torch, Megatron-Core and
+    transformers: ~4 s of CPU) for a recorded ``HuggingFaceTokenizer`` identity whose
     directory still holds a ``tokenizer.json`` with the same vocabulary fingerprint; else
     ``None`` (the caller builds Megatron's tokenizer)."""
     model = recorded.get("tokenizer_model")
@@ -141,7 +128,7 @@ def json_detokenizer(recorded: dict) -> JsonDetokenizer | None:
     try:
         from tokenizers import Tokenizer
 
-        light = JsonDetokenizer(Tokenizer.from_file(path), int(recorded["vocab_size"]))
+        light = JsonTokenizer(Tokenizer.from_file(path), vocab_size=int(recorded["vocab_size"]))
     except Exception:  # noqa: BLE001 - a file only transformers reads: Megatron's path decides
         return None
     return light if vocab_fingerprint(light) == recorded["fingerprint"] else None

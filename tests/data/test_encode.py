@@ -114,15 +114,80 @@ def test_split_sentences_refused_with_reason(spm_args, run_tool, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_gpt2bpe_refused_offline_in_one_line(spm_args, run_tool, tmp_path):
+def _gpt2_pair(texts, out_dir) -> tuple[str, str]:
+    """GPT-2's on-disk form: ``vocab.json`` + ``merges.txt`` only, ``<|endoftext|>`` last."""
+    import json
+    import os
+
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+
+    os.makedirs(out_dir)
+    tok = Tokenizer(BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts, trainer=BpeTrainer(
+        vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    vocab_path, merges_path = tok.model.save(str(out_dir))
+    with open(vocab_path) as f:
+        vocab = json.load(f)
+    vocab["<|endoftext|>"] = len(vocab)
+    with open(vocab_path, "w") as f:
+        json.dump(vocab, f)
+    return vocab_path, merges_path
+
+
+def test_gpt2_vocab_and_merges_wrapped_as_hf_in_one_line(spm_args, spm_corpus, run_tool,
+                                                         tmp_path):
+    """Issue 22 item 7: GPT-2's vocab.json/merges.txt, given as GPT2BPETokenizer files or as an
+    HF directory holding only them, are wrapped as an HF tokenizer beside the output (one
+    line names it); both give the same bytes, EOD is <|endoftext|>."""
+    import json
+    import os
+
+    import numpy as np
+
+    vocab, merges = _gpt2_pair(spm_corpus.texts, tmp_path / "gpt2")
+    out = tmp_path / "out"
+    out.mkdir()
+    rc, _, err = run_tool(preprocess_cli.main, spm_args(
+        out / "a", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab,
+        "--merge-file", merges))
+    assert rc == 0, err
+    line = [x for x in err.splitlines() if "wrapped as a Hugging Face tokenizer" in x]
+    assert len(line) == 1
+    (wrapped,) = [p for p in os.listdir(out) if p.startswith("gpt2-hf-")]
+    assert str(out / wrapped) in line[0]
+    rc, _, err = run_tool(preprocess_cli.main, spm_args(
+        out / "b", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+        tmp_path / "gpt2"))
+    assert rc == 0, err
+    assert os.listdir(out).count(wrapped) == 1 and len(
+        [p for p in os.listdir(out) if p.startswith("gpt2-hf-")]) == 1  # reused, not rewritten
+    for s in (".bin", ".idx"):
+        assert (out / f"a{s}").read_bytes() == (out / f"b{s}").read_bytes()
+    from megatron_endprompt.data.indexed_io import IndexReader
+
+    with open(vocab) as f:
+        eot = json.load(f)["<|endoftext|>"]
+    reader = IndexReader(str(out / "a.idx"))
+    data = np.fromfile(out / "a.bin", dtype=reader.dtype)
+    ends = np.cumsum(reader.sequence_lengths) - 1
+    assert (data[ends] == eot).all()
+
+
+def test_gpt2bpe_without_files_or_malformed_refused_in_one_line(spm_args, run_tool, tmp_path):
+    rc, _, err = run_tool(preprocess_cli.main, spm_args(
+        tmp_path / "x", "--tokenizer-type", "GPT2BPETokenizer"))
+    assert rc == 2 and err.count("\n") == 1 and "--vocab-file" in err
     vocab, merges = tmp_path / "vocab.json", tmp_path / "merges.txt"
     vocab.write_text("{}")
     merges.write_text("#version: 0.2\n")
     rc, _, err = run_tool(preprocess_cli.main, spm_args(
         tmp_path / "x", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab,
         "--merge-file", merges))
-    assert rc == 2 and err.count("\n") == 1 and "wget" not in err
-    assert "HuggingFaceTokenizer" in err
+    assert rc == 2 and err.count("\n") == 1 and "GPT-2 tokenizer" in err
+    assert not list(tmp_path.glob("x*")) and not list(tmp_path.glob("gpt2-hf-*"))
 
 
 def test_megatron_flags_accepted_and_log_lines(spm_args, run_tool, tmp_path):

@@ -1,6 +1,7 @@
 """The data tools that only read or write the corpus start without torch/Megatron-Core
 (issue 26): the sidecar tool on an existing corpus and ``inspect`` (text via ``tokenizers``
-alone when the recorded tokenizer.json still has the recorded vocabulary)."""
+alone when the recorded tokenizer.json still has the recorded vocabulary), and preprocessing
+once a tokenizer verdict is cached."""
 
 from __future__ import annotations
 
@@ -63,3 +64,15 @@ def test_inspect_text_without_megatron_equals_megatrons(llama3_args, run_tool, t
     assert rc == 0, err
     a, b = json.loads(light)["sample"], json.loads(full)["sample"]
     assert a["context_text"] and a == b
+
+
+def test_preprocess_with_a_cached_verdict_does_not_import_torch(llama3_args, run_tool, tmp_path):
+    """The tiktoken and HF paths of a warm run (a cached tokenizer verdict, written by the cold
+    run) import none of torch, Megatron-Core, transformers; the bytes are the cold run's."""
+    assert run_tool(preprocess_cli.main, llama3_args(tmp_path / "cold", "--workers", 2))[0] == 0
+    for backend in ("tiktoken", "hf"):
+        prefix = tmp_path / f"warm_{backend}"
+        assert _heavy_modules("preprocess_endprompt.py", llama3_args(
+            prefix, "--workers", 2, "--tokenizer-backend", backend)) == ""
+        for s in (".bin", ".idx"):
+            assert (tmp_path / f"cold{s}").read_bytes() == open(f"{prefix}{s}", "rb").read()

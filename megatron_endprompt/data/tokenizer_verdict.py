@@ -1,0 +1,184 @@
+"""Whether ``tokenizer.json`` read by ``tokenizers`` alone *is* Megatron's tokenizer: checked
+once per tokenizer files and library versions, then cached.
+
+Preprocessing with ``--tokenizer-type HuggingFaceTokenizer`` needs Megatron's tokenizer only
+for its ids and identity; building it imports torch, Megatron-Core and transformers (~6 CPU-s,
+most of a run on a small corpus). :func:`preprocessing_tokenizer` builds it the first time
+(the *cold* run) and compares it with a
+:class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer` of the same directory:
+
+* the serialized backend (``to_str()``: model, normalizer, pre-tokenizer, post-processor,
+  added tokens) is the one transformers built (so a ``tokenizer_config.json`` token that
+  transformers adds makes them differ);
+* the identity (:func:`~megatron_endprompt.data.tokenizer_identity.tokenizer_identity`:
+  vocabulary size, EOD, fingerprint of the id -> token table) is equal;
+* ``tokenize`` (special tokens around the text) and the plain encoding (prompts) give the same
+  ids on :data:`~megatron_endprompt.data.tiktoken_encoder.STRESS_TEXTS` and the added tokens'
+  literals.
+
+When all hold, the verdict is written (atomically) to ``CACHE/tokenizer-verdicts/KEY.json``,
+``KEY`` the SHA-256 of every tokenizer file of the directory (weights excluded) and of the
+installed megatron-core, transformers, tokenizers and tiktoken versions. A later run with a
+matching verdict (and the same identity recomputed) uses the ``JsonTokenizer`` and imports none
+of torch, Megatron-Core or transformers; the per-corpus probes then compare tiktoken with
+``tokenizers`` on the first documents. ``CACHE`` is ``$MEGATRON_ENDPROMPT_CACHE``, else
+``$XDG_CACHE_HOME/megatron-endprompt``, else ``~/.cache/megatron-endprompt``;
+``MEGATRON_ENDPROMPT_CACHE=off`` turns the cache off. Which tokenizer was used, and why, is
+said in the preprocessing's tokenizer-path line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from importlib import metadata
+from typing import Any
+
+from megatron_endprompt.data.encode import fast_backend
+from megatron_endprompt.data.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tiktoken_encoder import STRESS_TEXTS
+from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
+from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+
+VERDICT_VERSION = 1
+"""Bumped whenever what is checked changes: older verdicts no longer match."""
+
+_PACKAGES = ("megatron-core", "transformers", "tokenizers", "tiktoken")
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt",
+            ".npz")
+_IDENTITY_KEYS = ("vocab_size", "eod", "fingerprint")
+
+
+def cache_dir() -> str | None:
+    """Where verdicts live, or ``None`` when ``MEGATRON_ENDPROMPT_CACHE=off``."""
+    root = os.environ.get("MEGATRON_ENDPROMPT_CACHE")
+    if root and root.lower() in ("off", "0", "none", "no"):
+        return None
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "megatron-endprompt")
+    return os.path.join(root, "tokenizer-verdicts")
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of the libraries the verdict depends on (``None``: not installed)."""
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def verdict_key(directory: str, versions: dict) -> str:
+    """SHA-256 of the directory's tokenizer files (names and bytes) and ``versions``."""
+    files = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(".") or name.lower().endswith(_WEIGHTS) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            files.append((name, hashlib.file_digest(f, "sha256").hexdigest()))
+    blob = json.dumps({"verdict_version": VERDICT_VERSION, "versions": versions, "files": files},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def probe_texts(light: JsonTokenizer) -> list[str]:
+    """The stress set and one text of every added token's literal."""
+    added = sorted(t.content for t in light.backend.get_added_tokens_decoder().values())
+    texts = list(STRESS_TEXTS)
+    if added:
+        texts.append("x" + "y".join(added) + "z " + " ".join(added) + " <|not special|>")
+    return texts
+
+
+def compare(light: JsonTokenizer, tokenizer: Any) -> str | None:
+    """``None`` when ``light`` is Megatron's ``tokenizer`` (see the module docstring), else the
+    first difference."""
+    backend = fast_backend(tokenizer)
+    if backend is None:
+        return "Megatron's tokenizer is not an HF fast tokenizer that includes special tokens"
+    if backend.to_str() != light.backend.to_str():
+        return "transformers changes tokenizer.json (e.g. tokens added from tokenizer_config.json)"
+    mine, theirs = tokenizer_identity(light), tokenizer_identity(tokenizer)
+    for key in _IDENTITY_KEYS:
+        if mine[key] != theirs[key]:
+            return f"{key} {mine[key]} differs from Megatron's {theirs[key]}"
+    for text in probe_texts(light):
+        if light.tokenize(text) != list(tokenizer.tokenize(text)) or \
+                light.encode_plain(text) != encode_plain(tokenizer, text):
+            return f"ids differ from Megatron's on {text[:40]!r}"
+    return None
+
+
+def _write(path: str, entry: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".verdict-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entry, f, indent=1)
+        os.replace(tmp, path)  # readers see the whole verdict or none
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _read(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) and entry.get("equal") is True else None
+
+
+def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tuple[Any, str]:
+    """``(tokenizer, note)``: a :class:`JsonTokenizer` when a cached verdict says it is
+    Megatron's tokenizer for these files and versions, else Megatron's own tokenizer (whose
+    verdict is then checked and cached). ``backend``: the directory's ``tokenizer.json``
+    already loaded (the early encoder's). ``note``: one clause for the tokenizer-path line
+    (empty when no ``tokenizer.json`` is involved)."""
+    directory = spec.tokenizer_model
+    root = cache_dir()
+    if spec.tokenizer_type != "HuggingFaceTokenizer" or not directory or \
+            not os.path.isfile(os.path.join(directory, "tokenizer.json")):
+        return build_tokenizer(spec), ""
+    try:
+        light = JsonTokenizer.from_directory(directory, backend)
+    except Exception:  # noqa: BLE001 - a file only transformers reads: Megatron's path decides
+        return build_tokenizer(spec), ""
+    if root is None:
+        return build_tokenizer(spec), "no verdict cache (MEGATRON_ENDPROMPT_CACHE=off)"
+    versions = library_versions()
+    if versions["megatron-core"] is None or versions["transformers"] is None:
+        return build_tokenizer(spec), ""  # the builder's own error names what is missing
+    path = os.path.join(root, verdict_key(directory, versions) + ".json")
+    entry = _read(path)
+    if entry is not None:
+        mine = tokenizer_identity(light)
+        if all(entry["identity"].get(k) == mine[k] for k in _IDENTITY_KEYS):
+            return light, (f"tokenizer.json via tokenizers alone, no torch/Megatron import: "
+                           f"cached verdict {path} (equal to Megatron's HuggingFaceTokenizer, "
+                           f"checked {entry.get('checked_utc')})")
+    tokenizer = build_tokenizer(spec)
+    diff = compare(light, tokenizer)
+    if diff is not None:
+        return tokenizer, f"Megatron's HuggingFaceTokenizer (tokenizers alone differs: {diff})"
+    entry = {"equal": True, "verdict_version": VERDICT_VERSION, "versions": versions,
+             "directory": os.path.abspath(directory),
+             "identity": {k: tokenizer_identity(tokenizer)[k] for k in _IDENTITY_KEYS},
+             "texts_checked": len(probe_texts(light)),
+             "checked_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        _write(path, entry)
+    except OSError as exc:
+        return tokenizer, (f"Megatron's HuggingFaceTokenizer (no cached verdict; tokenizers "
+                           f"alone matched it, but the verdict could not be cached: {exc})")
+    return tokenizer, (f"Megatron's HuggingFaceTokenizer (no cached verdict for these files "
+                       f"and versions: cold run); tokenizers alone matched it, verdict cached "
+                       f"in {path}")
