@@ -96,8 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary_json:
         print(json.dumps(summary, indent=2))
     else:
+        from megatron_endprompt.data.coverage import coverage_line
+
         print(f"samples: {summary['samples_written']:,} from {summary['documents_used']:,} "
               f"documents ({summary['tokens_in']:,} tokens)")
+        coverage = coverage_line(args.data_prefix, summary)
+        if coverage:
+            print(f"layout coverage: {coverage}")
         if spec is None:
             print("tokenizer: none recorded (give --tokenizer-type/--tokenizer-model to have "
                   "training check it)")
