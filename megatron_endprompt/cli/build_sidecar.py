@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.data.prompts import default_terminal_loss_weight
 from megatron_endprompt.errors import UserError, run_cli
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_endprompt.data.sidecar import sidecar_path
     from megatron_endprompt.data.tokenizer import TokenizerSpec
 
+    args.data_prefix, note = resolve_prefix(args.data_prefix)
+    if note:
+        print(note, file=sys.stderr)
     spec = None
     if args.tokenizer_type:
         spec = TokenizerSpec(tokenizer_type=args.tokenizer_type,
