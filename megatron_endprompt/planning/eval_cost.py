@@ -79,8 +79,8 @@ def eval_cost(s: PlanSettings, *, length: int, tasks: int = RULER_TASKS,
               samples_per_task: int = 100) -> EvalCost:
     """The cost of ``tasks x samples_per_task`` prefills of ``length`` tokens on ``s.gpu``."""
     if length <= 0 or tasks <= 0 or samples_per_task <= 0:
-        raise ValueError(f"evaluation length {length}, tasks {tasks} and samples per task "
-                         f"{samples_per_task} must be positive")
+        raise ValueError(f"--eval-length {length}, --eval-tasks {tasks}, --eval-samples "
+                         f"{samples_per_task}: each must be positive")
     m = s.model
     ns = megatron_namespace(m, seq_length=length, micro_batch=1, tp=1, pp=1, cp=1, dp=1)
     prefill = MegatronAccounting(ns).train_flops(1) / 3.0

@@ -98,7 +98,7 @@ def test_printed_launch_line_passes_the_dry_run(run_tool, tmp_path):
     (["--global-batch-tokens", "100"], "below one sample"),
     (["--sweep", "4096"], "--sweep 4096"),
     (["--target-length", "8192"], "must be larger than seq length P=8192"),
-    (["--eval-samples", "0"], "samples per task 0"),
+    (["--eval-samples", "0"], "--eval-samples 0: each must be positive"),
 ])
 def test_unplannable_inputs_are_one_line(run_tool, argv, says):
     rc, out, err = run_tool(main, ["--model", "llama3-8b", *argv])
