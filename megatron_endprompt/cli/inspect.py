@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.errors import UserError, run_cli
 
 
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_endprompt.layout import describe_runs, loss_weights_from_record, \
         positions_from_record
 
-    prefix = args.prefix
+    prefix, note = resolve_prefix(args.prefix)  # Megatron's PREFIX_text_document spelling
+    if note:
+        print(note, file=sys.stderr)
     ensure_committed(prefix, flag="inspect")  # roll an interrupted preprocessing commit forward
     for suffix in (".bin", ".idx"):
         if not os.path.isfile(prefix + suffix):

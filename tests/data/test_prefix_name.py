@@ -58,3 +58,20 @@ def test_training_startup_resolves_data_and_replay_prefixes(tmp_path):
     assert args.data_path == ["0.8", mg, "0.2", replay]
     assert args.endprompt_replay_prefixes == [replay]
     assert len(notes) == 2 and all(n.startswith("note: ") for n in notes)
+
+
+def test_inspect_accepts_the_megatron_name_and_lists_sidecars_on_a_typo(run_tool, tmp_path):
+    from megatron_endprompt.cli import inspect as inspect_cli
+
+    mg = _corpus(str(tmp_path / "mg_text_document"))
+    rc, _, err = run_tool(sidecar_cli.main, [
+        "--data-prefix", mg, "--seq-length", 32, "--target-length", 256, "--terminal-length", 8,
+        "--no-progress", "--name", "L256"])
+    assert rc == 0, err
+    rc, out, err = run_tool(inspect_cli.main, [tmp_path / "mg", "--name", "L256", "--index", 0])
+    assert rc == 0, err
+    assert err.strip().splitlines() == [resolve_prefix(str(tmp_path / "mg"))[1]]
+    rc, out, err = run_tool(inspect_cli.main, [mg, "--name", "L265", "--index", 0])
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "mg_text_document.L265.endprompt: EndPrompt sidecar not found (sidecars there: " \
+           "mg_text_document.L256.endprompt)" in err
