@@ -280,32 +280,46 @@ if [ "$DRY_RUN" = 1 ]; then
   exit 0
 fi
 
-# A requested stop (EXIT_SIGNAL: the sbatch's SIGUSR1 before the time limit, or a kill): every
-# worker gets it once (torchrun starts them in their own sessions, so a signal to this process
-# group does not reach them), Megatron's --exit-signal-handler saves at the next iteration and
-# the workers exit 0, and so does torchrun. Megatron logs "exiting program after receiving
-# SIGTERM." whatever --exit-signal is.
+# A requested stop (EXIT_SIGNAL: the sbatch's SIGUSR1 before the time limit, or a kill): the
+# workers get it from here (torchrun starts them in their own sessions, so a signal to this
+# process group does not reach them), Megatron's --exit-signal-handler saves at the next
+# iteration and the workers exit 0, and so does torchrun. It is sent again every 10 s until
+# torchrun exits: a worker still starting up (before Megatron's handler is installed) ignores
+# it, as torchrun does. Megatron logs "exiting program after receiving SIGTERM." whatever
+# --exit-signal is.
 STOP_REQUESTED=0
 TORCHRUN_PID=
-forward_stop() {
-  STOP_REQUESTED=1
+request_stop() { STOP_REQUESTED=1; }
+send_stop() {
   local workers
-  workers=$(pgrep -P "$TORCHRUN_PID" 2>/dev/null || ps -o pid= --ppid "$TORCHRUN_PID" 2>/dev/null || true)
-  echo "$(date -u +%FT%TZ) $EXIT_SIGNAL: stop requested; forwarded to the workers" \
-       "($(echo $workers | wc -w)); Megatron saves a checkpoint and exits" >&2
+  workers=$(pgrep -P "$TORCHRUN_PID" 2>/dev/null \
+            || ps -o pid= --ppid "$TORCHRUN_PID" 2>/dev/null || true)
+  if [ "$STOP_REQUESTED" = 1 ]; then
+    STOP_REQUESTED=2
+    echo "$(date -u +%FT%TZ) $EXIT_SIGNAL: stop requested; forwarded to the workers" \
+         "($(echo $workers | wc -w)); Megatron saves a checkpoint and exits" >&2
+  fi
   # shellcheck disable=SC2086  # a list of pids
   [ -z "$workers" ] || kill -s "${EXIT_SIGNAL#SIG}" $workers 2>/dev/null || true
 }
 trap '' "${EXIT_SIGNAL#SIG}"          # torchrun inherits "ignore" (it does not handle it)
 env "${ENV[@]}" "${CMD[@]}" &
 TORCHRUN_PID=$!
-trap forward_stop "${EXIT_SIGNAL#SIG}"
-rc=0
-while :; do   # `wait` returns early when a trapped signal arrives: wait until torchrun exits
-  wait "$TORCHRUN_PID" && rc=0 || rc=$?
-  kill -0 "$TORCHRUN_PID" 2>/dev/null || break
+trap request_stop "${EXIT_SIGNAL#SIG}"
+for sig in ${FORWARDED//,/ }; do   # torchrun's signals, sent to this script: pass them on
+  # shellcheck disable=SC2064  # expand $sig now
+  trap "kill -s ${sig#SIG} \$TORCHRUN_PID 2>/dev/null || true" "${sig#SIG}"
 done
-if [ "$STOP_REQUESTED" = 1 ]; then
+while kill -0 "$TORCHRUN_PID" 2>/dev/null; do
+  if [ "$STOP_REQUESTED" = 0 ]; then
+    wait "$TORCHRUN_PID" || true   # returns when torchrun exits or a trapped signal arrives
+  else
+    send_stop
+    sleep 10 & wait $! || true
+  fi
+done
+wait "$TORCHRUN_PID" && rc=0 || rc=$?
+if [ "$STOP_REQUESTED" != 0 ]; then
   if [ "$rc" = 0 ]; then
     echo "$(date -u +%FT%TZ) stopped as requested ($EXIT_SIGNAL): checkpoint saved, exit 0" >&2
   else

@@ -18,7 +18,8 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     with DistributedSignalHandler(sig) as handler:
-        open(os.path.join(out, f"ready.{rank}"), "w").close()
+        with open(os.path.join(out, f"ready.{rank}"), "w") as f:
+            f.write(str(os.getpid()))
         for iteration in range(1, 100000):
             time.sleep(0.05)  # one "iteration"
             if any(handler.signals_received()):

@@ -82,3 +82,35 @@ def test_requested_stop_saves_and_exits_0(tmp_path, exit_signal, to_group):
     assert all((stop_dir / f"saved.{r}").exists() for r in (0, 1)), out[-3000:]
     assert "Traceback" not in out and "SignalException" not in out, out[-3000:]
     assert f"stopped as requested ({sig.name}): checkpoint saved, exit 0" in out
+
+
+def test_other_signal_reaches_torchrun_and_its_workers(tmp_path):
+    """SIGTERM (torchrun's, not the exit signal) sent to the script (no longer exec'd into
+    torchrun) is passed on: torchrun shuts its workers down and the script exits with its
+    status instead of leaving torchrun and the workers running."""
+    proc, stop_dir = _start(tmp_path, "SIGUSR1")
+    pids = [int((stop_dir / f"ready.{r}").read_text()) for r in (0, 1)]
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode != 0, out[-3000:]
+    assert not any((stop_dir / f"saved.{r}").exists() for r in (0, 1))
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids), out[-3000:]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purpose
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
