@@ -13,8 +13,8 @@
 # optimizer, LR schedule, data position and RNG. Never pass `--load $CHECKPOINT_IN --finetune`:
 # that restarts from the base at iteration 1 on every launch.
 # Preemption: `--exit-signal-handler --exit-signal $EXIT_SIGNAL` makes Megatron save a checkpoint
-# and exit cleanly at the next iteration boundary after the signal; torchrun forwards the signal
-# to its workers (PET_SIGNALS_TO_HANDLE) and waits SHUTDOWN_TIMEOUT s for the save.
+# and exit cleanly at the next iteration boundary after the signal; this script forwards
+# EXIT_SIGNAL to the workers (torchrun ignores it) and exits 0 once they have saved and exited.
 #
 # - A named layout (preprocessed with --name L64K -> PREFIX.L64K.endprompt): append
 #   --endprompt-sidecar-name L64K. Short-context replay data must be named explicitly
@@ -96,7 +96,8 @@ Checkpoints, logging, preemption
   EXIT_DURATION_MINS  save and exit after this many minutes (unset: no limit); set it a little
                       under the job's time limit
   EXIT_SIGNAL         signal on which Megatron saves and exits (SIGTERM; the sbatch uses SIGUSR1)
-  SHUTDOWN_TIMEOUT    seconds torchrun waits for workers after forwarding a signal (600)
+                      (forwarded by this script to the workers; after their save: exit 0)
+  SHUTDOWN_TIMEOUT    seconds torchrun waits for workers after forwarding another signal (600)
 EOF
 }
 
@@ -252,8 +253,14 @@ if [ -n "${WANDB_PROJECT:-}" ]; then
              --wandb-save-dir "$CHECKPOINT_OUT/wandb")
 fi
 
-FORWARDED=SIGTERM,SIGINT,SIGHUP,SIGQUIT   # torchrun's default: forwarded to the workers
-case ",$FORWARDED," in *",$EXIT_SIGNAL,"*) ;; *) FORWARDED+=",$EXIT_SIGNAL" ;; esac
+# torchrun's own handling of a signal is a shutdown: it forwards the signal, waits, then raises
+# (a traceback, exit 1) even when every worker saved and exited 0. So EXIT_SIGNAL is not
+# torchrun's: torchrun ignores it, and this script forwards it to the workers (below) and exits
+# with torchrun's status, 0 after Megatron's save. The other signals stay torchrun's.
+FORWARDED=
+for sig in SIGTERM SIGINT SIGHUP SIGQUIT; do   # torchrun's defaults
+  [ "$sig" = "$EXIT_SIGNAL" ] || FORWARDED+="${FORWARDED:+,}$sig"
+done
 ENV=(
   CUDA_DEVICE_MAX_CONNECTIONS=1
   "PET_SIGNALS_TO_HANDLE=$FORWARDED"
@@ -272,4 +279,51 @@ if [ "$DRY_RUN" = 1 ]; then
   echo
   exit 0
 fi
-exec env "${ENV[@]}" "${CMD[@]}"
+
+# A requested stop (EXIT_SIGNAL: the sbatch's SIGUSR1 before the time limit, or a kill): the
+# workers get it from here (torchrun starts them in their own sessions, so a signal to this
+# process group does not reach them), Megatron's --exit-signal-handler saves at the next
+# iteration and the workers exit 0, and so does torchrun. It is sent again every 10 s until
+# torchrun exits: a worker still starting up (before Megatron's handler is installed) ignores
+# it, as torchrun does. Megatron logs "exiting program after receiving SIGTERM." whatever
+# --exit-signal is.
+STOP_REQUESTED=0
+TORCHRUN_PID=
+request_stop() { STOP_REQUESTED=1; }
+send_stop() {
+  local workers
+  workers=$(pgrep -P "$TORCHRUN_PID" 2>/dev/null \
+            || ps -o pid= --ppid "$TORCHRUN_PID" 2>/dev/null || true)
+  if [ "$STOP_REQUESTED" = 1 ]; then
+    STOP_REQUESTED=2
+    echo "$(date -u +%FT%TZ) $EXIT_SIGNAL: stop requested; forwarded to the workers" \
+         "($(echo $workers | wc -w)); Megatron saves a checkpoint and exits" >&2
+  fi
+  # shellcheck disable=SC2086  # a list of pids
+  [ -z "$workers" ] || kill -s "${EXIT_SIGNAL#SIG}" $workers 2>/dev/null || true
+}
+trap '' "${EXIT_SIGNAL#SIG}"          # torchrun inherits "ignore" (it does not handle it)
+env "${ENV[@]}" "${CMD[@]}" &
+TORCHRUN_PID=$!
+trap request_stop "${EXIT_SIGNAL#SIG}"
+for sig in ${FORWARDED//,/ }; do   # torchrun's signals, sent to this script: pass them on
+  # shellcheck disable=SC2064  # expand $sig now
+  trap "kill -s ${sig#SIG} \$TORCHRUN_PID 2>/dev/null || true" "${sig#SIG}"
+done
+while kill -0 "$TORCHRUN_PID" 2>/dev/null; do
+  if [ "$STOP_REQUESTED" = 0 ]; then
+    wait "$TORCHRUN_PID" || true   # returns when torchrun exits or a trapped signal arrives
+  else
+    send_stop
+    sleep 10 & wait $! || true
+  fi
+done
+wait "$TORCHRUN_PID" && rc=0 || rc=$?
+if [ "$STOP_REQUESTED" != 0 ]; then
+  if [ "$rc" = 0 ]; then
+    echo "$(date -u +%FT%TZ) stopped as requested ($EXIT_SIGNAL): checkpoint saved, exit 0" >&2
+  else
+    echo "$(date -u +%FT%TZ) $EXIT_SIGNAL stop: torchrun exited $rc (see the workers' logs)" >&2
+  fi
+fi
+exit "$rc"

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import add_layout_arguments, entry, layout_from_args
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
+from megatron_endprompt.data.coverage import coverage_line
+from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.data.sidecar import sidecar_path
 from megatron_endprompt.data.tokenizer import TokenizerSpec
 from megatron_endprompt.errors import user_errors
@@ -41,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runtime.quiet()
+    args.data_prefix, note = resolve_prefix(args.data_prefix)
+    if note:
+        print(note, file=sys.stderr)
     spec = None
     if args.tokenizer_type:
         spec = TokenizerSpec(tokenizer_type=args.tokenizer_type,
@@ -57,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"samples: {summary['samples_written']:,} from {summary['documents_used']:,} "
               f"documents ({summary['tokens_in']:,} tokens)")
+        coverage = coverage_line(args.data_prefix, summary)
+        if coverage:
+            print(f"layout coverage: {coverage}")
         if spec is None:
             print("tokenizer: none recorded (give --tokenizer-type/--tokenizer-model to have "
                   "training check it)")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.data.inspect_sample import inspect_sample, render_inspection
+from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.data.tokenizer import TokenizerSpec
 
 
@@ -32,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runtime.quiet()
+    args.prefix, note = resolve_prefix(args.prefix)  # Megatron's PREFIX_text_document spelling
+    if note:
+        print(note, file=sys.stderr)
     spec = None
     if args.tokenizer_type:
         spec = TokenizerSpec(tokenizer_type=args.tokenizer_type,

@@ -19,8 +19,14 @@ import os
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.planning import report
-from megatron_endprompt.planning.launch_vars import SCRIPT_DEFAULTS as D
-from megatron_endprompt.planning.launch_vars import checkpoint_bytes, launch_line, wall_clock_hours
+from megatron_endprompt.planning.eval_cost import RULER_TASKS, eval_cost
+from megatron_endprompt.planning.launch_vars import (
+    LAUNCH_SCRIPT,
+    checkpoint_bytes,
+    launch_line,
+    script_defaults,
+    wall_clock_hours,
+)
 from megatron_endprompt.planning.plan import PlanSettings, plan_run, sweep
 from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS, model_from_hf_config
 from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
@@ -35,10 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", choices=sorted(MODEL_PRESETS), help="model preset")
     src.add_argument("--hf-config", metavar="FILE", help="an HF config.json (or its directory)")
-    p.add_argument("--seq-length", type=int, default=int(D["SEQ_LENGTH"]),
-                   help="EndPrompt physical length P (default: the launch script's)")
-    p.add_argument("--target-length", type=int, default=int(D["TARGET_LENGTH"]),
-                   help="target window L (default: the launch script's)")
+    p.add_argument("--launch-script", default=LAUNCH_SCRIPT, metavar="FILE",
+                   help="the launch script whose VAR=${VAR:-default} lines give the defaults "
+                        "below (default: examples/pretrain_llama3_endprompt.sh)")
+    p.add_argument("--seq-length", type=int, default=None,
+                   help="EndPrompt physical length P (default: the launch script's SEQ_LENGTH)")
+    p.add_argument("--target-length", type=int, default=None,
+                   help="target window L (default: the launch script's TARGET_LENGTH)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs in the cluster (default 8)")
     p.add_argument("--gpu", choices=sorted(GPU_PRESETS), default="h100-80gb")
     p.add_argument("--tokens", type=float, default=1e9, help="training tokens per method")
@@ -46,14 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, default=None, help="fix PP (default: searched)")
     p.add_argument("--cp", type=int, default=None, help="fix CP (default: searched)")
     p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--global-batch-tokens", type=int,
-                   default=int(D["GLOBAL_BATCH"]) * int(D["SEQ_LENGTH"]),
+    p.add_argument("--global-batch-tokens", type=int, default=None,
                    help="tokens per optimizer step (default: the launch script's GLOBAL_BATCH x "
-                        "SEQ_LENGTH = 1Mi)")
-    p.add_argument("--recompute", choices=("none", "selective", "full"),
-                   default=D["RECOMPUTE"],
+                        "SEQ_LENGTH)")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default=None,
                    help="Megatron --recompute-granularity (full: uniform, 1 layer; default: the "
-                        "launch script's selective)")
+                        "launch script's)")
+    p.add_argument("--eval-length", type=int, default=None, metavar="L",
+                   help="length of the evaluation costed (default: --target-length)")
+    p.add_argument("--eval-tasks", type=int, default=RULER_TASKS,
+                   help=f"tasks of the evaluation suite (default {RULER_TASKS}: RULER)")
+    p.add_argument("--eval-samples", type=int, default=100,
+                   help="samples per task at the evaluation length (default 100)")
     p.add_argument("--mfu", type=float, default=0.40,
                    help="sustained fraction of bf16 peak on the executed FLOPs (default "
                         "0.40; = Megatron's MFU without recompute)")
@@ -84,6 +97,7 @@ def _lengths(text: str) -> list[int]:
 def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
     """L vs P vs L0 through the project's :class:`EndPromptWindow` (the rule training uses), for
     ``--target-length`` and every sweep length; the global batch must hold one sample."""
+
     for flag, L in [("--target-length", args.target_length)] + [("--sweep", v) for v in lengths]:
         with user_errors(f"{flag} {L}: "):
             EndPromptWindow(target_length=L, seq_length=args.seq_length,
@@ -93,8 +107,30 @@ def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
                         f"(--seq-length {args.seq_length}); give at least {args.seq_length}")
 
 
+def _script_defaults(args: argparse.Namespace) -> int:
+    """Fill unset flags from the launch script; returns its GPUS_PER_NODE."""
+    d = script_defaults(args.launch_script)
+    try:
+        if args.seq_length is None:
+            args.seq_length = int(d["SEQ_LENGTH"])
+        if args.target_length is None:
+            args.target_length = int(d["TARGET_LENGTH"])
+        if args.global_batch_tokens is None:
+            args.global_batch_tokens = int(d["GLOBAL_BATCH"]) * int(d["SEQ_LENGTH"])
+        gpus_per_node = int(d["GPUS_PER_NODE"])
+    except ValueError as exc:
+        raise UserError(f"--launch-script {args.launch_script}: a default is not an integer "
+                        f"({exc})") from None
+    if args.recompute is None:
+        args.recompute = d["RECOMPUTE"]
+    if args.eval_length is None:
+        args.eval_length = args.target_length
+    return gpus_per_node
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    gpus_per_node = _script_defaults(args)
     model = MODEL_PRESETS[args.model] if args.model else model_from_hf_config(args.hf_config)
     lengths = _lengths(args.sweep)
     if args.sweep == DEFAULT_SWEEP:  # the default grid keeps only the lengths beyond P
@@ -116,20 +152,25 @@ def main(argv: list[str] | None = None) -> int:
             swiglu_fusion=not args.no_swiglu_fusion, tp=args.tp, pp=args.pp, cp=args.cp)
         plans = plan_run(settings)
         rows = sweep(settings, lengths)
+        evaluation = eval_cost(settings, length=args.eval_length, tasks=args.eval_tasks,
+                               samples_per_task=args.eval_samples)
     if args.plot:
         report.write_plot(args.plot, settings, rows)
     if args.json:
-        print(json.dumps(report.plan_document(settings, plans, rows), indent=1))
+        doc = report.plan_document(settings, plans, rows)
+        print(json.dumps({**doc, "evaluation": evaluation.as_dict()}, indent=1))
         return 0
     print(report.plan_table(settings, plans))
+
     ep = plans["endprompt"]
     print("\nlaunch (examples/pretrain_llama3_endprompt.sh variables, EndPrompt plan):")
-    print(f"  {launch_line(settings, ep)}")
+    print(f"  {launch_line(settings, ep, gpus_per_node)}")
     print(f"wall-clock: {wall_clock_hours(settings, ep):.2f} h for {settings.tokens:.3g} tokens "
           f"at {ep.tokens_per_second:,.0f} tokens/s (MFU {100 * settings.mfu:g}% of "
           f"{settings.gpu.peak_tflops:g} TFLOP/s bf16 peak on {settings.gpus} GPUs)")
     print(f"checkpoint: {checkpoint_bytes(settings) / 1e9:.0f} GB per save (parameters x 14 B: "
           "bf16 weights 2 + fp32 main weights 4 + Adam moments 8; the script keeps every save)")
+    print("\n" + report.eval_text(settings, evaluation))
     print("\nsweep over the target length (EndPrompt stays at P):")
     print(report.sweep_table(rows))
     print("\nsources:")

@@ -108,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
+        from megatron_endprompt.data.coverage import coverage_line
         from megatron_endprompt.data.sidecar import sidecar_path
+
+        coverage = coverage_line(opts.prefix, summary)
+        if coverage:
+            print(f"layout coverage: {coverage}")
 
         print(f"wrote {opts.prefix}.bin, .idx, {sidecar_path(opts.prefix, args.name)}")
     return 0

@@ -136,7 +136,8 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
             f"{path} was built for target length L={layout.target_length} but training says "
             f"--endprompt-target-length {target_length}; rebuild the sidecar with "
             f"tools/build_endprompt_sidecar.py --data-prefix {prefix} --target-length "
-            f"{target_length} (the .bin/.idx stay) or fix the flag"
+            f"{target_length}{' --name ' + name if name else ''} (the .bin/.idx stay) or fix "
+            "the flag"
         )
     if reset_positions:
         raise UserError(

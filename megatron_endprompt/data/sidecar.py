@@ -22,6 +22,7 @@ Two levels of checking (issue 15: a 1T-token corpus has a ~20 GB ``.idx``):
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import struct
@@ -132,13 +133,28 @@ class Sidecar:
         return self.header.layout_config()
 
 
+def _sidecars_beside(path: str) -> str:
+    """`` (sidecars there: a.endprompt, a.L64K.endprompt)``: the sidecars in ``path``'s
+    directory whose names start as its does up to the first dot (a mistyped ``--name`` shows
+    the ones that exist); empty when there are none."""
+    folder, base = os.path.split(path)
+    stem = base.split(".", 1)[0]
+    pattern = os.path.join(glob.escape(folder or "."), glob.escape(stem) + "*" + SUFFIX)
+    have = sorted(os.path.basename(p) for p in glob.glob(pattern))
+    if not have:
+        return ""
+    more = f", ... ({len(have)} in all)" if len(have) > 8 else ""
+    return f" (sidecars there: {', '.join(have[:8])}{more})"
+
+
 def open_sidecar(path: str) -> Sidecar:
     """Read the header (checksum, every value validated) and memory-map the records.
 
     Cheap: reads the header only. Raises :class:`UserError` naming the file and the fix.
     """
     if not os.path.isfile(path):
-        raise UserError(f"{path}: EndPrompt sidecar not found; {REBUILD}")
+        raise UserError(f"{path}: EndPrompt sidecar not found{_sidecars_beside(path)}; "
+                        f"{REBUILD}")
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         fixed = f.read(FIXED.size)

@@ -1,29 +1,58 @@
-"""The planner's side of examples/pretrain_llama3_endprompt.sh: the script's defaults (so the
-planner plans what the script launches) and the ready-to-paste line of script variables for a
-plan, with the wall-clock and per-save checkpoint size that go with it.
+"""The planner's side of examples/pretrain_llama3_endprompt.sh: the script's defaults (read from
+the script itself, so the planner plans what the script launches) and the ready-to-paste line of
+script variables for a plan, with the wall-clock and per-save checkpoint size that go with it.
 
-``SCRIPT_DEFAULTS`` mirrors the script's ``VAR=${VAR:-default}`` lines; a test
-(tests/planning/test_launch_vars.py) reads the script and fails when the two differ.
+One source: :func:`script_defaults` parses the script's ``VAR=${VAR:-default}`` lines and its
+``--recompute-granularity`` flag; nothing here repeats a value of the script.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import re
 
+from megatron_endprompt.errors import UserError
 from megatron_endprompt.planning.plan import MethodPlan, PlanSettings, total_params
 
-__all__ = ["SCRIPT_DEFAULTS", "checkpoint_bytes", "launch_line", "wall_clock_hours"]
+__all__ = ["LAUNCH_SCRIPT", "PLANNER_VARIABLES", "checkpoint_bytes", "launch_line",
+           "script_defaults", "wall_clock_hours"]
 
-#: examples/pretrain_llama3_endprompt.sh defaults the planner depends on.
-SCRIPT_DEFAULTS: dict[str, str] = {
-    "TP": "4", "PP": "1", "CP": "1", "GPUS_PER_NODE": "8", "MICRO_BATCH": "1",
-    "GLOBAL_BATCH": "128", "SEQ_LENGTH": "8192", "ORIGINAL_LENGTH": "8192",
-    "TARGET_LENGTH": "65536", "RECOMPUTE": "selective",
-}
+#: The launch script of this checkout (``--launch-script`` names another).
+LAUNCH_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "examples", "pretrain_llama3_endprompt.sh")
+
+#: The script's variables the planner takes defaults from (``RECOMPUTE``: its
+#: ``--recompute-granularity`` value, which is not a variable of the script).
+PLANNER_VARIABLES = ("TP", "PP", "CP", "GPUS_PER_NODE", "MICRO_BATCH", "GLOBAL_BATCH",
+                     "SEQ_LENGTH", "ORIGINAL_LENGTH", "TARGET_LENGTH", "RECOMPUTE")
+
+_DEFAULT_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=\$\{\1:-([^}$]*)\}", re.M)
+_RECOMPUTE = re.compile(r"--recompute-granularity[ =]+([a-z]+)")
 
 #: Bytes per parameter in a ``torch_dist`` save with the distributed Adam optimizer: bf16
 #: weights (2) + fp32 main weights (4) + Adam first and second moments (4 + 4).
 CHECKPOINT_BYTES_PER_PARAM = 14
+
+
+def script_defaults(path: str = LAUNCH_SCRIPT) -> dict[str, str]:
+    """``{VAR: default}`` for :data:`PLANNER_VARIABLES`, read from the launch script at
+    ``path``; ``RECOMPUTE`` is ``none`` when the script passes no ``--recompute-granularity``.
+    :class:`UserError` naming ``--launch-script`` when the file is missing or lacks one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UserError(f"--launch-script {path}: cannot read it ({exc.strerror}); the planner "
+                        "takes its defaults from the launch script: give its path") from None
+    found = dict(_DEFAULT_LINE.findall(text))
+    recompute = _RECOMPUTE.search(text)
+    found["RECOMPUTE"] = recompute.group(1) if recompute else "none"
+    missing = [v for v in PLANNER_VARIABLES if not found.get(v)]
+    if missing:
+        raise UserError(f"--launch-script {path}: no VAR=${{VAR:-default}} line for "
+                        f"{', '.join(missing)}; give the EndPrompt launch script")
+    return {v: found[v] for v in PLANNER_VARIABLES}
 
 
 def checkpoint_bytes(s: PlanSettings) -> float:

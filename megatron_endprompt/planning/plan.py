@@ -9,6 +9,9 @@ token budget (``tokens``): EndPrompt's tokens are physically ``P`` long, full-le
 "Cheapest": the fewest model-parallel GPUs (``TP x PP x CP``), so the most data parallelism and
 the least communication; among equals, fewer pipeline stages (bubble), then less TP (TP
 moves activations every layer; CP moves only K/V, overlapped with attention), then less CP.
+Sequences within the model's original window ``L0`` (EndPrompt's ``P``) take less CP before less
+TP: there CP's per-rank chunks are short, so its K/V exchange hides behind little attention
+work, and the launch script trains at ``P`` with ``CP=1`` (CP is for evaluation lengths).
 TP stays within a node (<= 8) and divides the KV heads; PP divides the layers; CP needs
 ``seq % (2 CP) == 0`` (Megatron's load-balanced causal split).
 """
@@ -23,6 +26,7 @@ from megatron_endprompt.planning.megatron_formulas import MegatronAccounting, me
 from megatron_endprompt.planning.memory import GIB, MemoryBreakdown, MixedPrecision, \
     memory_breakdown
 from megatron_endprompt.planning.presets import GPUSpec, ModelSpec
+from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
 
 __all__ = ["Layout", "MethodPlan", "PlanSettings", "evaluate", "plan_method", "plan_run", "sweep",
            "total_params"]
@@ -73,9 +77,11 @@ class PlanSettings:
                 raise ValueError(f"{flag} must be positive, got {value}")
         if self.tokens <= 0:
             raise ValueError(f"--tokens must be positive, got {self.tokens:g}")
-        if self.target_length < self.seq_length:
-            raise ValueError(f"--target-length {self.target_length} is below --seq-length "
-                             f"{self.seq_length}; EndPrompt trains at P <= L")
+        try:  # L vs P vs L0 by the rule training uses (L > P, L > L0, int32 positions)
+            EndPromptWindow(target_length=self.target_length, seq_length=self.seq_length,
+                            original_length=self.model.original_window, flags=PREPROCESS_FLAGS)
+        except ValueError as exc:
+            raise ValueError(f"--target-length {self.target_length}: {exc}") from None
         if not 0 < self.mfu <= 1:
             raise ValueError(f"--mfu {self.mfu:g}: give a fraction in (0, 1], e.g. 0.4")
         if not 0 <= self.headroom < 1:
@@ -104,7 +110,11 @@ class Layout:
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 
-    def cost_key(self) -> tuple:
+    def cost_key(self, short: bool = False) -> tuple:
+        """Sort key, cheapest first; ``short``: sequences within the model's original window,
+        where CP is the last resort (see the module docstring)."""
+        if short:
+            return (self.model_parallel, self.pp, self.cp, self.tp)
         return (self.model_parallel, self.pp, self.tp, self.cp)
 
     def __str__(self) -> str:
@@ -171,7 +181,8 @@ def candidate_layouts(s: PlanSettings, seq: int) -> list[Layout]:
                 if s.gpus % mp or (cp > 1 and seq % (2 * cp)):
                     continue
                 out.append(Layout(tp=tp, pp=pp, cp=cp, dp=s.gpus // mp))
-    return sorted(out, key=Layout.cost_key)
+    short = seq <= m.original_window
+    return sorted(out, key=lambda lay: lay.cost_key(short))
 
 
 def evaluate(s: PlanSettings, method: str, seq: int, layout: Layout, tried: int = 1) -> MethodPlan:

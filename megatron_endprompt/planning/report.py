@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+from megatron_endprompt.planning.eval_cost import EvalCost
 from megatron_endprompt.planning.memory import GIB
 from megatron_endprompt.planning.plan import MethodPlan, PlanSettings, total_params
 
-__all__ = ["plan_document", "plan_table", "sweep_table", "write_plot"]
+__all__ = ["eval_text", "plan_document", "plan_table", "sweep_table", "write_plot"]
 
 SOURCES = {
     "weights/gradients/optimizer": "Megatron compute_weight_and_optimizer_memory (parameters on "
@@ -106,6 +107,27 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
                  f"{(same.memory.activations.total + same.memory.logits_transient) / GIB:>24.2f}")
     lines.append(f"{'memory ratio, same layout':38s}{ep.memory.total / same.memory.total:>22.3f}")
     lines.append(f"{'GPU-hour ratio EndPrompt / full':38s}{ep.gpu_hours / full.gpu_hours:>22.3f}")
+    return "\n".join(lines)
+
+
+def eval_text(s: PlanSettings, e: EvalCost) -> str:
+    """The evaluation-at-L lines (see :mod:`.eval_cost` for the formulas)."""
+    lines = [
+        f"evaluation at L={e.length} ({e.tasks} tasks x {e.samples_per_task} samples, e.g. "
+        f"RULER; prefill only, answers' decoding not counted, MFU {100 * s.mfu:g}%):",
+        f"  prefill FLOPs / sample: {e.prefill_flops / 1e15:.2f} PFLOP, of which causal "
+        f"attention (quadratic in L) {e.attention_flops / 1e15:.2f} PFLOP "
+        f"({100 * e.attention_flops / e.prefill_flops:.0f}%)",
+        f"  GPU time: {e.gpu_seconds:,.0f} GPU-s = {e.gpu_seconds / 3600:.2f} GPU-h for "
+        f"{e.samples:,} samples ({e.gpu_seconds / 3600 / s.gpus:.2f} h on {s.gpus} "
+        f"{s.gpu.name})",
+        f"  memory / sample (batch 1, bf16): weights {e.weights_bytes / GIB:.1f} GiB + KV "
+        f"cache {e.kv_cache_bytes / GIB:.1f} GiB + largest layer activation "
+        f"{e.activation_bytes / GIB:.1f} GiB + fp32 logits at every position "
+        f"{e.logits_bytes / GIB:.1f} GiB (scoring; generate keeps one) = "
+        f"{e.memory_bytes / GIB:.1f} GiB: {e.gpus_for_memory(s.usable_bytes)} x "
+        f"{s.gpu.name} (split with CP/TP)",
+    ]
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import json
 import math
 import os
 
+from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
 
@@ -105,6 +106,31 @@ def blend_prefixes(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(p for _, pairs in blends(args) for _, p in pairs))
 
 
+_LIST_FLAGS = {"--data-path": "data_path", "--train-data-path": "train_data_path",
+               "--valid-data-path": "valid_data_path", "--test-data-path": "test_data_path"}
+
+
+def _resolve_names(args: argparse.Namespace) -> list[str]:
+    """Prefixes given in Megatron's other spelling (``PREFIX`` for ``PREFIX_text_document`` or
+    the reverse, :mod:`~megatron_endprompt.data.prefix_name`) replaced in the flags that list
+    them (``--data-path``, ``--{train,valid,test}-data-path``, ``--endprompt-replay-prefixes``)
+    before Megatron reads them; returns the notes to print. Prefixes read from a file
+    (``--data-args-path``) are left to the not-found error."""
+    notes: dict[str, str] = {}
+    for attr in (*_LIST_FLAGS.values(), "endprompt_replay_prefixes"):
+        values = getattr(args, attr, None)
+        if not values:
+            continue
+        resolved = []
+        for tok in values:
+            new, note = resolve_prefix(tok)
+            if note:
+                notes.setdefault(tok, note)
+            resolved.append(new)
+        setattr(args, attr, resolved)
+    return list(notes.values())
+
+
 def _check_prefixes(args: argparse.Namespace) -> None:
     from megatron_endprompt.data.atomic_output import ensure_committed
 
@@ -153,8 +179,9 @@ def _check_load(args: argparse.Namespace) -> None:
                     "or start from a model with --load OUT --save OUT --pretrained-checkpoint IN")
 
 
-def check_startup(args: argparse.Namespace) -> None:
-    """All checks above; raises :class:`UserError`. Cheap: reads flags and directory listings."""
+def check_startup(args: argparse.Namespace) -> list[str]:
+    """All checks above; raises :class:`UserError`. Cheap: reads flags and directory listings.
+    Returns the notes to print (prefixes resolved to Megatron's other spelling)."""
     divisor = getattr(args, "make_vocab_size_divisible_by", 128)
     if divisor is not None and divisor < 1:
         raise UserError(f"--make-vocab-size-divisible-by {divisor} must be >= 1 (128 is "
@@ -163,9 +190,11 @@ def check_startup(args: argparse.Namespace) -> None:
     if L is not None and not 0 < L <= 2**31 - 1:
         raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
                         "positions)")
+    notes = _resolve_names(args)
     _check_prefixes(args)
     _check_cache_path(args)
     _check_load(args)
+    return notes
 
 
 def _check_cache_path(args: argparse.Namespace) -> None:

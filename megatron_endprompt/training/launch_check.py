@@ -24,8 +24,10 @@ import importlib.util
 import math
 import os
 import struct
+import sys
 from collections.abc import Mapping
 
+from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.window import EndPromptWindow
 
@@ -130,10 +132,7 @@ def _check_prefix(prefix: str, name: str | None, split: list[float], env: Mappin
 
     for suffix in (".bin", ".idx"):
         if not os.path.isfile(prefix + suffix):
-            hint = ""
-            if os.path.isfile(prefix + "_text_document" + suffix):
-                hint = f" ({prefix}_text_document{suffix} exists: give that prefix)"
-            raise UserError(f"{prefix}{suffix} not found{hint}; give the prefix written by "
+            raise UserError(f"{prefix}{suffix} not found; give the prefix written by "
                             "tools/preprocess_endprompt.py --output-prefix")
     if not replay and not os.path.isfile(sidecar_path(prefix, name)):
         have = _existing_sidecars(prefix)
@@ -213,9 +212,12 @@ def check_launch(env: Mapping[str, str]) -> dict[str, str]:
     if not _placeholder(ckpt_in) and not os.path.isdir(ckpt_in):
         raise UserError(f"CHECKPOINT_IN={ckpt_in}: not a directory; convert the base model with "
                         "tools/convert_checkpoint.py hf-to-megatron")
-    for prefix in prefixes:
-        if not _placeholder(prefix):
-            replayed = any(os.path.abspath(r) == os.path.abspath(prefix) for r in replay)
+    for given in prefixes:
+        if not _placeholder(given):
+            replayed = any(os.path.abspath(r) == os.path.abspath(given) for r in replay)
+            prefix, note = resolve_prefix(given)  # training resolves it the same way
+            if note:
+                print(note, file=sys.stderr)
             _check_prefix(prefix, name, split, env, replayed)
     seq_par = env.get("SEQUENCE_PARALLEL", "auto").strip().lower()
     if seq_par not in ("auto", "0", "1"):

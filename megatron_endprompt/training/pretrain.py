@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # Megatron's asserts -> one line; bad flag values -> one line; --help works
         args = parse_args_checked(argv, cli_args_provider(add_endprompt_args))
-        check_startup(args)  # blends, prefixes, --load, vocab divisor: before Megatron starts
+        # blends, prefixes (Megatron's PREFIX_text_document spelling resolved), --load, vocab
+        # divisor: before Megatron starts
+        notes = check_startup(args)
         long_eval = long_eval_hook(args)  # its data read and checked now, not mid-training
         window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
         layouts = check_sidecars(args)
@@ -64,10 +66,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:
+        for note in notes:
+            print(note, flush=True)
         print(f"EndPrompt: {window.banner()} RoPE={args.endprompt_rope_scaling}; "
               f"{len(layouts)} EndPrompt prefix(es)", flush=True)
         from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
-        from megatron_endprompt.training.startup_summary import coverage_line
+        from megatron_endprompt.data.coverage import coverage_line
 
         for prefix in layouts:
             path = sidecar_path(prefix, getattr(args, "endprompt_sidecar_name", None))

@@ -101,8 +101,21 @@ def test_missing_paths_and_sidecars_are_one_line(setup):
     ok = _run({**env, "DATA_PREFIX": str(tmp / "named"), "SIDECAR_NAME": "L64K"})
     assert ok.returncode == 0, ok.stderr
     assert "--endprompt-sidecar-name L64K" in ok.stdout
+
+
+
+def test_megatron_text_document_naming_is_accepted_with_one_line(setup):
+    """``preprocess_data.py --output-prefix mg`` writes mg_text_document.bin/.idx: DATA_PREFIX=mg
+    is accepted and one line says which files are used; so is ours_text_document for ours."""
+    tmp, env = setup
     _prefix(str(tmp / "mg_text_document"), 5000)
-    assert "mg_text_document.bin exists" in _refused(env, DATA_PREFIX=str(tmp / "mg"))
+    _prefix(str(tmp / "ours"), 5000)
+    for given, used in (("mg", "mg_text_document"), ("ours_text_document", "ours")):
+        proc = _run({**env, "DATA_PREFIX": str(tmp / given)})
+        assert proc.returncode == 0, proc.stderr
+        notes = proc.stderr.strip().splitlines()
+        assert len(notes) == 1 and notes[0].startswith(f"note: {tmp / given}: ")
+        assert f"using {tmp / used}.bin/.idx" in notes[0]
 
 
 def test_split_leaving_a_split_empty_is_refused(setup):

@@ -4,6 +4,7 @@ wall-clock and the checkpoint size per save; inputs it cannot plan are one error
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -13,7 +14,7 @@ import sys
 import pytest
 
 from megatron_endprompt.cli.plan import main
-from megatron_endprompt.planning.launch_vars import SCRIPT_DEFAULTS
+from megatron_endprompt.planning.launch_vars import script_defaults
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
@@ -21,12 +22,56 @@ sys.path.insert(0, os.path.join(REPO, "tests", "examples"))
 from launch_fixtures import launch_env  # noqa: E402
 
 
-def test_defaults_are_the_scripts():
+def test_defaults_are_read_from_the_script():
+    """One source: the planner's defaults are what bash resolves from the script (its
+    ``--dry-run``), and a changed script changes the planner's defaults."""
+    d = script_defaults()
+    proc = subprocess.run(["bash", SCRIPT, "--dry-run"], env=launch_env_fake(), capture_output=True,
+                          text=True, timeout=60)
+    words = shlex.split(proc.stdout)
+    flag = {"TP": "--tensor-model-parallel-size", "PP": "--pipeline-model-parallel-size",
+            "CP": "--context-parallel-size", "GPUS_PER_NODE": "--nproc_per_node",
+            "MICRO_BATCH": "--micro-batch-size", "GLOBAL_BATCH": "--global-batch-size",
+            "SEQ_LENGTH": "--seq-length", "ORIGINAL_LENGTH": "--max-position-embeddings",
+            "TARGET_LENGTH": "--endprompt-target-length", "RECOMPUTE": "--recompute-granularity"}
+    assert {v: words[words.index(f) + 1] for v, f in flag.items()} == d
+
+
+def launch_env_fake() -> dict[str, str]:
+    """The script's environment with a stub checker (the values, not the paths, matter here)."""
+    return {"PATH": os.environ["PATH"], "PYTHON": "true", "CHECKPOINT_IN": "/i",
+            "CHECKPOINT_OUT": "/o", "TOKENIZER": "/t", "DATA_PREFIX": "/d"}
+
+
+def test_changed_script_defaults_change_the_plan(run_tool, tmp_path):
     text = open(SCRIPT).read()
-    script = dict(re.findall(r"^([A-Z_]+)=\$\{\1:-([^}]*)\}", text, flags=re.M))
-    assert {k: script.get(k) for k in SCRIPT_DEFAULTS if k != "RECOMPUTE"} == \
-        {k: v for k, v in SCRIPT_DEFAULTS.items() if k != "RECOMPUTE"}
-    assert f"--recompute-granularity {SCRIPT_DEFAULTS['RECOMPUTE']}" in text
+    for old, new in (("SEQ_LENGTH=${SEQ_LENGTH:-8192}", "SEQ_LENGTH=${SEQ_LENGTH:-4096}"),
+                     ("GLOBAL_BATCH=${GLOBAL_BATCH:-128}", "GLOBAL_BATCH=${GLOBAL_BATCH:-64}"),
+                     ("GPUS_PER_NODE=${GPUS_PER_NODE:-8}", "GPUS_PER_NODE=${GPUS_PER_NODE:-4}"),
+                     ("--recompute-granularity selective", "--recompute-granularity full")):
+        assert old in text
+        text = text.replace(old, new)
+    script = tmp_path / "launch.sh"
+    script.write_text(text)
+    rc, out, err = run_tool(main, ["--model", "llama3-8b", "--gpus", "32", "--launch-script",
+                                   script])
+    assert rc == 0, err
+    assert "recompute full" in out and f"{64 * 4096:,} tokens/step" in out
+    line = out.split("EndPrompt plan):\n", 1)[1].splitlines()[0]
+    assert "SEQ_LENGTH=4096" in line and "NNODES=8 GPUS_PER_NODE=4" in line
+    rc, out, err = run_tool(main, ["--model", "llama3-8b", "--launch-script", tmp_path / "no.sh"])
+    assert rc == 2 and out == "" and err.startswith("error: --launch-script ")
+    assert err.count("\n") == 1
+
+
+def test_short_sequences_take_tp_before_cp(run_tool):
+    """At P = 8K the planner's layout has CP=1, as the script (CP is for evaluation lengths);
+    full-length at 64K still takes CP."""
+    rc, out, err = run_tool(main, ["--model", "llama3-8b", "--gpus", "32", "--json"])
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans["endprompt"]["layout"]["cp"] == 1 and plans["endprompt"]["fits"]
+    assert plans["full"]["layout"]["cp"] > 1
 
 
 def test_printed_launch_line_passes_the_dry_run(run_tool, tmp_path):
@@ -52,6 +97,8 @@ def test_printed_launch_line_passes_the_dry_run(run_tool, tmp_path):
     (["--target-length", str(10**12)], "--target-length 1000000000000"),
     (["--global-batch-tokens", "100"], "below one sample"),
     (["--sweep", "4096"], "--sweep 4096"),
+    (["--target-length", "8192"], "must be larger than seq length P=8192"),
+    (["--eval-samples", "0"], "--eval-samples 0: each must be positive"),
 ])
 def test_unplannable_inputs_are_one_line(run_tool, argv, says):
     rc, out, err = run_tool(main, ["--model", "llama3-8b", *argv])

@@ -9,7 +9,7 @@ import pytest
 from megatron_endprompt.data.dataset import find_sidecar
 from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.training.startup_summary import coverage_line
+from megatron_endprompt.data.coverage import coverage_line
 from motif_data import write_motif_prefix
 
 P, L = 16, 128
@@ -43,3 +43,24 @@ def test_mistyped_name_lists_existing_sidecars(prefix):
 def test_wrong_target_length_says_rebuild_the_sidecar(prefix):
     with pytest.raises(UserError, match="rebuild the sidecar with tools/build_endprompt_sidecar"):
         find_sidecar(prefix, seq_length=P, target_length=2 * L)
+
+
+def test_wrong_target_length_of_a_named_sidecar_gives_the_full_command(run_tool, tmp_path):
+    """The rebuild command names the sidecar (``--name``): without it the tool would write the
+    default sidecar and training would still read the stale named one."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    from megatron_endprompt.cli import build_sidecar as sidecar_cli
+
+    prefix = str(tmp_path / "mg")
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    for n in range(30):
+        builder.add_document(np.arange(40 + n) % 500, [40 + n])
+    builder.finalize(prefix + ".idx")
+    rc, _, err = run_tool(sidecar_cli.main, ["--data-prefix", prefix, "--seq-length", P,
+                                             "--target-length", L, "--terminal-length", 4,
+                                             "--no-progress", "--name", "L128"])
+    assert rc == 0, err
+    with pytest.raises(UserError, match=f"--target-length {2 * L} --name L128 \\(the .bin/.idx"):
+        find_sidecar(prefix, seq_length=P, target_length=2 * L, name="L128")

@@ -1,11 +1,13 @@
-"""Start-up lines on layout coverage: how much of each EndPrompt prefix is EndPrompt training.
+"""The layout-coverage line: how much of an EndPrompt prefix is EndPrompt training.
 
 A ``document-tail`` layout on short documents packs most samples with contiguous positions (no
 jump: plain short training) and leaves the tokens between a document's context and its tail
 unused; on web data at ``P = 8K`` that can be most of the run. The preprocessing stats recorded
 in each sidecar header (``stats``: ``samples_written``, ``samples_contiguous_positions``,
-``tokens_in``, ``tokens_unused_middle``, ``tokens_left_over_at_end``) give both shares; this
-prints them at training start-up instead of only under ``--summary-json``.
+``tokens_in``, ``tokens_unused_middle``, ``tokens_left_over_at_end``) give both shares. This is
+the one owner of the line: the text summaries of preprocessing and of the sidecar tool (their
+summary dicts carry the same keys) and the training start-up print it, not only
+``--summary-json``.
 """
 
 from __future__ import annotations
