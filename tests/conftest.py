@@ -79,15 +79,40 @@ def run_tool(capsys):
     return call
 
 
+def _te_import_error() -> str | None:
+    """Why ``transformer_engine.pytorch`` does not import here (``None`` when it does)."""
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - ImportError, or TE's own load errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{type(exc).__name__}: {first}"
+    return None
+
+
+#: Where TE cannot be had: its torch binding (``transformer_engine_torch`` 2.20) is published as
+#: a source distribution only; building it takes ~47 min on 2 cores.
+TE_HINT = ("install Transformer Engine's PyTorch package to run them (`pip install "
+           "--no-build-isolation transformer_engine[pytorch]`; its torch binding builds from "
+           "source) and run `pytest -m te`")
+
+
 def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests run only where CUDA is present (``pytest -m gpu`` on a GPU machine)."""
+    """``gpu`` tests run only where CUDA is present (``pytest -m gpu`` on a GPU machine);
+    ``te`` tests wherever ``transformer_engine.pytorch`` imports, else skipped with the import
+    error as the reason."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU machine)")
-    for item in items:
-        if "gpu" in item.keywords:
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    te_items = [item for item in items if "te" in item.keywords]
+    error = _te_import_error() if te_items else None
+    if error:
+        skip = pytest.mark.skip(reason=f"Transformer Engine is not importable ({error}); "
+                                       f"{TE_HINT}")
+        for item in te_items:
             item.add_marker(skip)
 
 

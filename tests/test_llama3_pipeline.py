@@ -22,19 +22,20 @@ SOURCES = ("continuation", "document-tail", "prompt")
 
 
 def _preprocess(run_tool, llama3_args, prefix, source):
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
     from megatron_endprompt.cli import preprocess as preprocess_cli
     from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.spans import sample_reader
 
     rc, out, err = run_tool(preprocess_cli.main, llama3_args(
         prefix, "--terminal-source", source, "--placement", "random",
         *(("--terminal-prompts", "ep1-3") if source == "prompt" else ()),
         "--terminal-loss-weight", 0.5, "--summary-json"))
     assert rc == 0, err
-    data = IndexedDataset(str(prefix))
-    samples = [np.asarray(data[i], dtype=np.int64) for i in range(len(data))]
-    records = np.asarray(read_sidecar(sidecar_path(str(prefix))).records)
+    sidecar = read_sidecar(sidecar_path(str(prefix)))
+    tokens = sample_reader(str(prefix), sidecar)  # the samples, as training composes them
+    samples = [np.asarray(tokens(i), dtype=np.int64) for i in range(sidecar.header.num_samples)]
+    records = np.asarray(sidecar.records)
+    assert len(samples) == len(records) and all(len(x) == P + 1 for x in samples)
     return samples, records, json.loads(out[out.index("{"):])
 
 

@@ -1,5 +1,5 @@
-"""Generated text and the tokenizers trained on it (SentencePiece; a Llama-3-like byte-level
-BPE in Hugging Face form): the embedded default data of
+"""Generated text and the tokenizers trained on it (SentencePiece; Llama-2-like SentencePiece and
+Llama-3-like byte-level BPE in Hugging Face form): the embedded default data of
 the quick start, the tests and the benchmarks (no download needed).
 
 Documents are sentences from a small grammar; each document states a fact early ("The pass
@@ -51,6 +51,16 @@ def write_corpus(path: str, *, num_docs: int, seed: int = 0,
     return path
 
 
+def _training_texts(corpus_jsonl: str):
+    """The built-in terminal prompts (so that they tokenize cleanly), then the corpus' texts."""
+    from megatron_endprompt.data.prompts import BUILTIN_PROMPTS
+
+    yield from BUILTIN_PROMPTS
+    with open(corpus_jsonl, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)["text"]
+
+
 def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int = 512,
                         split_digits: bool = False) -> str:
     """Train a small BPE SentencePiece model on the corpus; returns ``PREFIX.model``.
@@ -62,21 +72,54 @@ def train_sentencepiece(corpus_jsonl: str, model_prefix: str, *, vocab_size: int
     (``"12345 is"``), and copying it is no longer a token-for-token copy."""
     import sentencepiece as spm
 
-    from megatron_endprompt.data.prompts import BUILTIN_PROMPTS
-
-    def texts():
-        yield from BUILTIN_PROMPTS  # so the built-in terminal prompts tokenize cleanly
-        with open(corpus_jsonl, encoding="utf-8") as f:
-            for line in f:
-                yield json.loads(line)["text"]
-
     spm.SentencePieceTrainer.train(
-        sentence_iterator=texts(), model_prefix=model_prefix, vocab_size=vocab_size,
+        sentence_iterator=_training_texts(corpus_jsonl), model_prefix=model_prefix,
+        vocab_size=vocab_size,
         model_type="bpe", bos_id=-1, eos_id=1, unk_id=0, pad_id=-1, minloglevel=2,
         max_sentence_length=1 << 16, num_threads=1, character_coverage=1.0,
         byte_fallback=True, split_digits=split_digits,
     )
     return model_prefix + ".model"
+
+
+# -- a Llama-2-like Hugging Face tokenizer (SentencePiece inside), built offline ---------------
+#: Meta's Llama-2 ``tokenizer_config.json`` fields that decide encoding (Llama-2-7b-hf; facts of
+#: the format): BOS before every text, no EOS, ``legacy: false``.
+LLAMA2_TOKENIZER_CONFIG = {"add_bos_token": True, "add_eos_token": False, "legacy": False,
+                           "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                           "pad_token": None, "clean_up_tokenization_spaces": False,
+                           "tokenizer_class": "LlamaTokenizer"}
+
+
+def build_llama2_like_tokenizer(corpus_jsonl: str, out_dir: str, *, vocab_size: int = 400
+                                ) -> str:
+    """Train a BPE SentencePiece model with Llama-2's trainer settings (``<unk>``/``<s>``/``</s>``
+    = 0/1/2, byte fallback, digits split, identity normalisation, whitespace kept, dummy
+    prefix) on the corpus and save it as a Hugging Face tokenizer directory shaped like
+    Meta's Llama-2 one: ``tokenizer.model``, the ``tokenizer.json`` transformers' own
+    ``LlamaTokenizer`` makes from it, and :data:`LLAMA2_TOKENIZER_CONFIG`. Returns ``out_dir``."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    os.makedirs(out_dir, exist_ok=True)
+    prefix = os.path.join(out_dir, "tokenizer")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_training_texts(corpus_jsonl), model_prefix=prefix,
+        vocab_size=vocab_size, model_type="bpe", unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        byte_fallback=True, split_digits=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, allow_whitespace_only_pieces=True,
+        add_dummy_prefix=True, character_coverage=1.0, max_sentence_length=1 << 16,
+        num_threads=1, minloglevel=2)
+    os.remove(prefix + ".vocab")
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({**LLAMA2_TOKENIZER_CONFIG, "model_max_length": 4096}, f, indent=2)
+    # transformers' own SentencePiece converter writes tokenizer.json, as for Meta's repo
+    AutoTokenizer.from_pretrained(out_dir).backend_tokenizer.save(
+        os.path.join(out_dir, "tokenizer.json"))
+    config = LLAMA2_TOKENIZER_CONFIG
+    with open(os.path.join(out_dir, "special_tokens_map.json"), "w", encoding="utf-8") as f:
+        json.dump({k: config[k] for k in ("bos_token", "eos_token", "unk_token")}, f, indent=2)
+    return out_dir
 
 
 # -- a Llama-3-like Hugging Face tokenizer, built offline -----------------------------------

@@ -6,6 +6,9 @@ as a traceback (``assert all(is_none)``, ``FileNotFoundError`` in ``IndexedDatas
 ``ZeroDivisionError``) or not at all (a missing ``--load`` trains from scratch after a
 warning). Each is refused here with one line naming the flag and the fix.
 
+``--transformer-impl transformer_engine`` without a CUDA device is refused too (Transformer
+Engine's modules cannot be built on a CPU, installed or not).
+
 Blend sources: ``--data-path``, ``--data-args-path`` (a file with the same tokens),
 ``--{train,valid,test}-data-path`` and ``--per-split-data-args-path`` (JSON), all parsed by
 :func:`blends` — the one parser the sidecar check (``args.data_prefixes``) uses too, so
@@ -191,10 +194,31 @@ def check_startup(args: argparse.Namespace) -> list[str]:
         raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
                         "positions)")
     notes = _resolve_names(args)
+    _check_transformer_impl(args)
     _check_prefixes(args)
     _check_cache_path(args)
     _check_load(args)
     return notes
+
+
+def _check_transformer_impl(args: argparse.Namespace) -> None:
+    """``--transformer-impl transformer_engine`` needs a CUDA device: Transformer Engine's
+    modules refuse to build without one (with TE installed, a traceback from inside the model
+    build; without it, one from Megatron's TE spec), so a CPU run is refused here in one line
+    whether TE is installed or not. The pretrain entry sets ``--transformer-impl local`` on a
+    CPU when the flag is not given (``runtime.CPU_ARGS``)."""
+    if getattr(args, "transformer_impl", None) != "transformer_engine":
+        return
+    import importlib.util
+
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    te = "installed" if importlib.util.find_spec("transformer_engine") else "not installed"
+    raise UserError("--transformer-impl transformer_engine needs a CUDA GPU and none is visible "
+                    f"(Transformer Engine is {te}; its modules run only on a GPU); on a CPU use "
+                    "--transformer-impl local, or leave the flag out")
 
 
 def _check_cache_path(args: argparse.Namespace) -> None:

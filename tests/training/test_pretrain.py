@@ -101,6 +101,18 @@ def test_mismatched_target_length_is_refused(prefix, tmp_path):
     assert "built for target length L=512 but training says --endprompt-target-length 1024" in log
 
 
+def test_transformer_engine_impl_on_cpu_is_refused_in_one_line(prefix, tmp_path):
+    """Before the check: a traceback from Megatron's TE layer spec (TE absent here)."""
+    rc, log = run_pretrain(_args(prefix, tmp_path, "--train-iters", "1", "--transformer-impl",
+                                 "transformer_engine"), log_path=str(tmp_path / "te.log"), nproc=1)
+    assert rc != 0
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--transformer-impl transformer_engine needs a CUDA GPU" in \
+        errors[0], log[-3000:]
+    # the one traceback left is torchrun's own report of the child's exit code 2
+    assert log.count("Traceback (most recent call last)") == log.count("raise ChildFailedError(")
+
+
 def test_mtp_trains_on_endprompt_weights(prefix, tmp_path):
     """``--mtp-num-layers 1``: the provider builds Megatron's MTP block (last stage) and the
     forward step hands it the EndPrompt weights; the run trains and logs the MTP loss."""
