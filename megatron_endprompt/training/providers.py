@@ -7,6 +7,20 @@ from functools import partial
 from typing import Any
 
 
+def _require_rope_router(config: Any) -> None:
+    """TE's fused RoPE takes only ``[S, 1, 1, D]``; mixed-layout micro-batches need the runtime's
+    router (:mod:`megatron_endprompt.runtime.rope`) in place before the first forward."""
+    from megatron.core.models.common.embeddings import rope_utils
+
+    from megatron_endprompt.runtime import installed_layers
+
+    if (config.apply_rope_fusion and rope_utils.fused_apply_rotary_pos_emb is not None
+            and not installed_layers()["rope"]):
+        raise RuntimeError(
+            "EndPrompt with apply_rope_fusion needs megatron_endprompt.runtime.install() first "
+            "(it routes per-row RoPE freqs around TE's fused kernel)")
+
+
 def model_provider(pre_process: bool = True, post_process: bool = True,
                    vp_stage: int | None = None, config: Any = None, pg_collection: Any = None):
     """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec), with
@@ -28,6 +42,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     args = get_args()
     if config is None:
         config = core_transformer_config_from_args(args)
+    _require_rope_router(config)
     use_te = args.transformer_impl == "transformer_engine"
     if use_te:
         spec = get_gpt_layer_with_transformer_engine_spec(
