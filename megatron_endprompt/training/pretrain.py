@@ -29,6 +29,26 @@ def _with_cpu_flags(argv: list[str]) -> list[str]:
     return extra + argv
 
 
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The last value given for ``flag`` (``--flag v`` or ``--flag=v``), or ``None``."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _check_cpu_argv(argv: list[str]) -> None:
+    """Without CUDA, Transformer Engine's layers cannot run (installed or not): refuse the flag
+    that asks for them in one line instead of failing inside the model build or first step."""
+    if _flag_value(argv, "--transformer-impl") == "transformer_engine":
+        raise SystemExit("error: --transformer-impl transformer_engine needs a CUDA GPU "
+                         "(Transformer Engine's layers do not run on CPU); drop the flag: "
+                         "the CPU runtime uses --transformer-impl local")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse flags, check sidecars, run Megatron's ``pretrain``."""
     from megatron_endprompt.compat import quiet_megatron_import_noise
@@ -47,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {exc}") from None
     install_child_reaper()  # checkpoint-writer children exit with this rank
     if layers["cpu"]:
+        _check_cpu_argv(argv)
         argv = _with_cpu_flags(argv)
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 
