@@ -177,3 +177,16 @@ def test_hybrid_refuses_what_it_cannot_serve(cpu_forward) -> None:
         build_hybrid(position_embedding_type="none")
     with pytest.raises(ValueError, match="disagrees"):
         build_hybrid(pi_factor=8.0, seq_len_interpolation_factor=4.0)
+
+
+def test_model_package_does_not_import_the_runtime() -> None:
+    """The model provides modules only; process-wide changes live in ``runtime/`` (old code:
+    ``model/gpt.py`` imported the version gate and the installed-layer table from it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, megatron_endprompt.model; "
+            "print(sorted(m for m in sys.modules if m.startswith('megatron_endprompt.runtime')"
+            " or m == 'megatron_endprompt.compat'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
