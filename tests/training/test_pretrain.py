@@ -112,3 +112,22 @@ def test_mtp_trains_on_endprompt_weights(prefix, tmp_path):
     assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
     assert "mtp_1 loss" in log
     assert sorted(read_loss_log(logdir)) == [1, 2]
+
+
+def test_hybrid_model_trains_with_endprompt_positions(prefix, tmp_path):
+    """``--hybrid-layer-pattern "*-*-"``: the provider builds Megatron-Core's HybridModel
+    (GPTModel's successor) with EndPrompt RoPE over the same local layer spec; the real trainer
+    runs it with EndPrompt positions and weights, and the checkpoint is HybridModel's."""
+    import glob
+
+    save = str(tmp_path / "hybrid_ckpt")
+    rc, log = run_pretrain(_args(prefix, tmp_path, "--train-iters", "4", "--save", save,
+                                 "--save-interval", "4", "--hybrid-layer-pattern", "*-*-",
+                                 "--lr", "3e-3"),
+                           log_path=str(tmp_path / "hybrid.log"), nproc=1)
+    assert rc == 0, log[-3000:]
+    assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
+    losses = parse_losses(log)
+    assert sorted(losses) == [1, 2, 3, 4] and losses[4] < losses[1], losses
+    metadata = b"".join(open(f, "rb").read() for f in glob.glob(f"{save}/iter_*/.metadata"))
+    assert b"decoder.final_norm.weight" in metadata and b"final_layernorm" not in metadata
