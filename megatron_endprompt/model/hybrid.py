@@ -23,7 +23,10 @@ from typing import Any
 
 from megatron.core.models.hybrid.hybrid_model import HybridModel
 
-from megatron_endprompt.model.hybrid_spec import hybrid_stack_spec_from_layer_spec, is_layer_spec
+from megatron_endprompt.model.hybrid_spec import (
+    hybrid_stack_spec_from_layer_spec,
+    is_layer_spec,
+)
 from megatron_endprompt.model.positions import EndPromptPositions
 from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
 from megatron_endprompt.model.yarn import YarnScaling

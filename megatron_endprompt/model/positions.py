@@ -34,8 +34,8 @@ class EndPromptPositions:
 
     Use as ``class M(EndPromptPositions, MegatronModel)``; ``M.__init__`` builds the stock model,
     calls :meth:`_check_rope_config` and sets ``self.rotary_pos_emb`` to its
-    :class:`~megatron_endprompt.model.rope.EndPromptRotaryEmbedding`. The module holds no parameter or buffer, so checkpoint keys stay
-    the stock model's.
+    :class:`~megatron_endprompt.model.rope.EndPromptRotaryEmbedding`. The module holds no
+    parameter or buffer, so checkpoint keys stay the stock model's.
     """
 
     rotary_pos_emb: EndPromptRotaryEmbedding

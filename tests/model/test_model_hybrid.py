@@ -9,7 +9,14 @@ import torch
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
 from megatron_endprompt.model import EndPromptGPTModel, EndPromptHybridModel
-from tests.model.test_model_gpt import B, S, VOCAB, batch, endprompt_positions, tiny_config
+from tests.model.test_model_gpt import (
+    VOCAB,
+    B,
+    S,
+    batch,
+    endprompt_positions,
+    tiny_config,
+)
 
 LAYERS = 2
 L = 4096

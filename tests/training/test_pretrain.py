@@ -129,7 +129,10 @@ def test_hybrid_model_trains_with_endprompt_positions(prefix, tmp_path):
     assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
     losses = parse_losses(log)
     assert sorted(losses) == [1, 2, 3, 4] and losses[4] < losses[1], losses
-    metadata = b"".join(open(f, "rb").read() for f in glob.glob(f"{save}/iter_*/.metadata"))
+    metadata = b""
+    for path in glob.glob(f"{save}/iter_*/.metadata"):
+        with open(path, "rb") as f:
+            metadata += f.read()
     assert b"decoder.final_norm.weight" in metadata and b"final_layernorm" not in metadata
 
 
