@@ -143,9 +143,13 @@ def rope_path_costs(runs: dict, device: str) -> dict:
             ids, pos = batch["input_ids"], batch["position_ids"]
             if isinstance(model.rotary_pos_emb, EndPromptRotaryEmbedding):
                 rope = lambda m=model, p=pos: m.rotary_pos_emb(p)  # noqa: E731
+
+                def pre(m=model, i=ids, p=pos):  # positions handed as EndPromptPositions does
+                    with m.rotary_pos_emb.call_positions(p):
+                        return m._preprocess(i, p)
             else:  # stock: forward(max_seq_len), lru_cache-d
                 rope = lambda m=model, n=ids.shape[1]: m.rotary_pos_emb(n)  # noqa: E731
-            pre = lambda m=model, i=ids, p=pos: m._preprocess(i, p)  # noqa: E731
+                pre = lambda m=model, i=ids, p=pos: m._preprocess(i, p)  # noqa: E731
             out[name] = dict(rope_call_us=1e6 * per_call_seconds(rope, device),
                              preprocess_us=1e6 * per_call_seconds(pre, device, number=50))
     return out

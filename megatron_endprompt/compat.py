@@ -65,28 +65,6 @@ def build_document_index(documents, num_epochs: int, seed: int, separate_final_e
     )
 
 
-# --- RoPE / GPTModel internals (megatron_endprompt.model) ------------------------------------
-
-#: Index of ``rotary_pos_emb`` in the tuple returned by ``GPTModel._preprocess`` (0.19:
-#: ``(decoder_input, rotary_pos_emb, rotary_pos_cos, rotary_pos_sin, sequence_len_offset,
-#: padding_mask[, rotary_pos_cos_sin])``).
-GPT_PREPROCESS_ROTARY_INDEX = 1
-class stock_rope_skipped:  # noqa: N801 - used as a context manager
-    """Make ``GPTModel._preprocess`` skip its own RoPE computation (0.19 branches on
-    ``self.position_embedding_type``); restored on exit, exceptions included."""
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self._saved: str | None = None
-
-    def __enter__(self) -> None:
-        self._saved = self._model.position_embedding_type
-        self._model.position_embedding_type = "none"
-
-    def __exit__(self, *exc: object) -> None:
-        self._model.position_embedding_type = self._saved
-
-
 def quiet_megatron_import_noise() -> None:
     """Silence import-time chatter that is not actionable for our users (Megatron's 'TE/Apex
     not installed, falling back' warnings, torch's 'No CUDA runtime' log line on CPU):

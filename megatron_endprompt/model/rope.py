@@ -22,6 +22,15 @@ Shapes (``D`` = rotary dim, ``kv_channels * rotary_percent``):
   against q/k ``[S, B, H, D]`` (the fused path is redirected there, see
   :mod:`megatron_endprompt.runtime.rope`, installed by ``runtime.install()``).
 
+Per call: Megatron's language models (``GPTModel``, ``HybridModel``) call their RoPE module with
+a sequence length only (``self.rotary_pos_emb(rotary_seq_len, packed_seq=...)``, inside
+``forward``). :meth:`EndPromptRotaryEmbedding.call_positions` hands the module the batch's
+``position_ids`` for the duration of one model forward; a length-only call inside it returns
+the freqs of those positions (after checking that they cover the length asked for). A
+length-only call *outside* any such block raises: a caller that bypasses the model's forward
+would otherwise get contiguous positions without a word. Inference enters the block with
+``contiguous=True`` and gets stock behaviour (contiguous positions, divided by ``s``).
+
 Context parallelism: the ``position_ids`` given are this CP rank's zig-zag slice (the data path
 slices them exactly like the tokens), so the result is used as is. Stock ``forward`` slices the
 full-length table by CP rank; this path never does, so nothing is sliced twice.
@@ -32,6 +41,8 @@ is dropped on load), so model ``state_dict`` keys are stock GPTModel's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -42,6 +53,9 @@ from megatron_endprompt.model.yarn import YarnScaling
 from megatron_endprompt.window import resolve_pi_factor
 
 __all__ = ["EndPromptRotaryEmbedding", "freqs_to_emb", "resolve_pi_factor"]
+
+#: :meth:`EndPromptRotaryEmbedding.call_positions` state for inference: stock positions.
+_CONTIGUOUS = "contiguous"
 
 
 def freqs_to_emb(freqs: Tensor, *, interleaved: bool) -> Tensor:
@@ -99,6 +113,7 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
             cp_group=cp_group,
         )
         self.yarn = None
+        self._call: Tensor | str | None = None
         if yarn is not None:
             self._use_yarn(yarn, rotary_base=rotary_base, llama3=rope_scaling)
 
@@ -140,6 +155,7 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
         s = resolve_pi_factor(pi_factor, stock.seq_len_interpolation_factor)
         new.seq_len_interpolation_factor = None if s == 1.0 else s
         new.yarn = None
+        new._call = None
         if yarn is not None:
             new._use_yarn(yarn, rotary_base=rotary_base, llama3=llama3)
         new.train(stock.training)
@@ -187,11 +203,59 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
         emb = freqs_to_emb(freqs.transpose(0, 1), interleaved=self.rotary_interleaved)
         return emb[:, :, None, :]  # [S, B', 1, D]
 
+    @contextmanager
+    def call_positions(self, position_ids: Tensor | None, *,
+                       contiguous: bool = False) -> Iterator[None]:
+        """Within the block, a length-only call (how Megatron's models call their RoPE module)
+        returns freqs for ``position_ids [B, S]`` (this CP rank's slice); ``contiguous=True``
+        (inference): stock contiguous positions instead. Restored on exit, nesting included.
+
+        Raises ``ValueError`` for ``position_ids=None`` without ``contiguous`` (e.g. a pipeline
+        stage that was given none)."""
+        if position_ids is None and not contiguous:
+            raise ValueError(
+                "EndPrompt RoPE needs position_ids on every pipeline stage (stock get_batch "
+                "gives middle/last stages none); pass the sample's EndPrompt positions")
+        saved, self._call = self._call, (_CONTIGUOUS if contiguous else position_ids)
+        try:
+            yield
+        finally:
+            self._call = saved
+
+    def _given_positions(self, max_seq_len: int, offset: int = 0, packed_seq: bool = False,
+                         cp_group: Any = None) -> Tensor:
+        """The positions handed in by :meth:`call_positions`, checked against the length the
+        model asked for (``rotary_seq_len``: this rank's tokens times CP, times TP under
+        sequence parallelism)."""
+        positions = self._call
+        if positions is None:
+            raise RuntimeError(
+                "EndPrompt RoPE was asked for freqs without the batch's position_ids (a caller "
+                "outside the model's forward, e.g. the combined-1F1B schedule plan of "
+                "--overlap-moe-expert-parallel-comm or per-layer CUDA graphs); it would apply "
+                "contiguous positions, so it is refused: run without that feature")
+        if packed_seq:
+            raise NotImplementedError("EndPrompt RoPE does not support packed (thd) sequences")
+        if offset:
+            raise ValueError(f"EndPrompt RoPE takes positions, not an offset (got {offset})")
+        group = cp_group if cp_group is not None else self.cp_group
+        cp = group.size() if group is not None else 1
+        if positions.dim() != 2 or positions.shape[1] * cp != max_seq_len:
+            raise ValueError(
+                f"position_ids {tuple(positions.shape)} do not match this rank's sequence "
+                f"length {max_seq_len // cp} (context parallel: pass positions sliced once, "
+                "like the tokens)")
+        return positions
+
     def forward(self, position_ids: Tensor | int, *args: Any, **kwargs: Any) -> Tensor:
-        """``forward(position_ids [B, S])`` -> freqs ``[S, 1|B, 1, D]``; an ``int`` first
-        argument is stock's ``max_seq_len`` and takes stock's (CP-slicing) path."""
+        """``forward(position_ids [B, S])`` -> freqs ``[S, 1|B, 1, D]``. An ``int`` first
+        argument is stock's ``max_seq_len`` (``offset=0, packed_seq=False, cp_group=None``):
+        inside :meth:`call_positions` it returns the handed positions' freqs (or stock's, for
+        ``contiguous=True``); outside it raises."""
         if isinstance(position_ids, Tensor):
             if args or kwargs:
                 raise TypeError("forward(position_ids) takes no further arguments")
             return self.freqs_from_position_ids(position_ids)
-        return super().forward(position_ids, *args, **kwargs)
+        if self._call is _CONTIGUOUS:
+            return super().forward(position_ids, *args, **kwargs)
+        return self.freqs_from_position_ids(self._given_positions(position_ids, *args, **kwargs))

@@ -7,10 +7,25 @@ from functools import partial
 from typing import Any
 
 
+def _require_rope_router(config: Any) -> None:
+    """TE's fused RoPE takes only ``[S, 1, 1, D]``; mixed-layout micro-batches need the runtime's
+    router (:mod:`megatron_endprompt.runtime.rope`) in place before the first forward."""
+    from megatron.core.models.common.embeddings import rope_utils
+
+    from megatron_endprompt.runtime import installed_layers
+
+    if (config.apply_rope_fusion and rope_utils.fused_apply_rotary_pos_emb is not None
+            and not installed_layers()["rope"]):
+        raise RuntimeError(
+            "EndPrompt with apply_rope_fusion needs megatron_endprompt.runtime.install() first "
+            "(it routes per-row RoPE freqs around TE's fused kernel)")
+
+
 def model_provider(pre_process: bool = True, post_process: bool = True,
                    vp_stage: int | None = None, config: Any = None, pg_collection: Any = None):
     """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec), with
-    Megatron's multi-token-prediction block under ``--mtp-num-layers`` (on the last stage).
+    Megatron's multi-token-prediction block under ``--mtp-num-layers`` (on the last stage); under
+    ``--hybrid-layer-pattern`` an :class:`EndPromptHybridModel` over the same layer spec.
     The PI factor is the resolved window's ``s`` (``args.endprompt_pi_factor``), passed once;
     under ``--endprompt-rope-scaling yarn|ntk-by-parts`` ``s`` is YaRN's factor instead
     (:func:`~megatron_endprompt.training.args.model_rope_kwargs`)."""
@@ -28,6 +43,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     args = get_args()
     if config is None:
         config = core_transformer_config_from_args(args)
+    _require_rope_router(config)
     use_te = args.transformer_impl == "transformer_engine"
     if use_te:
         spec = get_gpt_layer_with_transformer_engine_spec(
@@ -35,6 +51,10 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     else:
         spec = get_gpt_layer_local_spec(normalization=args.normalization,
                                         qk_layernorm=args.qk_layernorm)
+    if getattr(args, "hybrid_layer_pattern", None):
+        return _hybrid_model(args, config, spec, pre_process=pre_process,
+                             post_process=post_process, vp_stage=vp_stage,
+                             pg_collection=pg_collection)
     mtp_spec = None
     if getattr(args, "mtp_num_layers", None):
         mtp_spec = get_gpt_mtp_block_spec(config, spec, use_transformer_engine=use_te,
@@ -58,6 +78,35 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
         mtp_block_spec=mtp_spec,
         vp_stage=vp_stage,
         pg_collection=pg_collection,
+        **model_rope_kwargs(args),
+    )
+
+
+def _hybrid_model(args: Any, config: Any, layer_spec: Any, **stage: Any):
+    """``--hybrid-layer-pattern`` (e.g. ``"*-" * n``, Llama-style): Megatron-Core's
+    ``HybridModel`` over the same layer spec's attention/MLP halves, EndPrompt RoPE per call."""
+    from megatron_endprompt.model import EndPromptHybridModel
+    from megatron_endprompt.training.args import model_rope_kwargs
+
+    if getattr(args, "mtp_num_layers", None) or "/" in args.hybrid_layer_pattern:
+        raise ValueError("--hybrid-layer-pattern with multi-token prediction is not supported "
+                         "by EndPrompt; drop --mtp-num-layers or the '/' MTP pattern")
+    return EndPromptHybridModel(
+        config=config,
+        hybrid_stack_spec=layer_spec,
+        vocab_size=args.padded_vocab_size,
+        max_sequence_length=max(args.max_position_embeddings, args.endprompt_target_length),
+        hybrid_layer_pattern=args.hybrid_layer_pattern,
+        fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
+        parallel_output=True,
+        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
+        position_embedding_type=args.position_embedding_type,
+        rotary_percent=args.rotary_percent,
+        rotary_base=args.rotary_base,
+        rope_scaling=args.use_rope_scaling,
+        rope_scaling_factor=args.rope_scaling_factor,
+        seq_len_interpolation_factor=None,  # folded into the window's s (see window.py)
+        **stage,
         **model_rope_kwargs(args),
     )
 

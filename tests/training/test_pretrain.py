@@ -124,3 +124,44 @@ def test_mtp_trains_on_endprompt_weights(prefix, tmp_path):
     assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
     assert "mtp_1 loss" in log
     assert sorted(read_loss_log(logdir)) == [1, 2]
+
+
+def test_hybrid_model_trains_with_endprompt_positions(prefix, tmp_path):
+    """``--hybrid-layer-pattern "*-*-"``: the provider builds Megatron-Core's HybridModel
+    (GPTModel's successor) with EndPrompt RoPE over the same local layer spec; the real trainer
+    runs it with EndPrompt positions and weights, and the checkpoint is HybridModel's."""
+    import glob
+
+    save = str(tmp_path / "hybrid_ckpt")
+    rc, log = run_pretrain(_args(prefix, tmp_path, "--train-iters", "4", "--save", save,
+                                 "--save-interval", "4", "--hybrid-layer-pattern", "*-*-",
+                                 "--lr", "3e-3"),
+                           log_path=str(tmp_path / "hybrid.log"), nproc=1)
+    assert rc == 0, log[-3000:]
+    assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
+    losses = parse_losses(log)
+    assert sorted(losses) == [1, 2, 3, 4] and losses[4] < losses[1], losses
+    metadata = b""
+    for path in glob.glob(f"{save}/iter_*/.metadata"):
+        with open(path, "rb") as f:
+            metadata += f.read()
+    assert b"decoder.final_norm.weight" in metadata and b"final_layernorm" not in metadata
+
+
+def test_hybrid_pipeline_parallel_agrees_with_single_rank(prefix, tmp_path):
+    """HybridModel under PP=2 (positions handed to RoPE on the stage without the embedding too)
+    gives the single-rank first loss from the same checkpoint."""
+    base = str(tmp_path / "hbase")
+    hybrid = ["--hybrid-layer-pattern", "*-*-"]
+    _run(prefix, tmp_path, "hbase", *hybrid, "--train-iters", "1", "--save", base,
+         "--save-interval", "1", nproc=1)
+    load = [*hybrid, "--load", base, "--finetune", "--train-iters", "1"]
+
+    def first_loss(name, *flags, nproc):
+        logdir = str(tmp_path / f"{name}_losses")
+        _run(prefix, tmp_path, name, *load, *flags, "--endprompt-loss-log", logdir, nproc=nproc)
+        return read_loss_log(logdir)[1]
+
+    ref = first_loss("h_pp1", nproc=1)
+    got = first_loss("h_pp2", "--pipeline-model-parallel-size", "2", nproc=2)
+    assert abs(got - ref) <= 1e-5 * abs(ref), (got, ref)
