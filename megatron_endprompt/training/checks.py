@@ -26,7 +26,8 @@ from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
 
-__all__ = ["blends", "blend_prefixes", "check_startup", "parse_args_checked"]
+__all__ = ["blends", "blend_prefixes", "check_startup", "check_transformer_impl",
+           "parse_args_checked"]
 
 _BLEND_HELP = ("give PREFIX [PREFIX ...] or weight/prefix pairs W1 PREFIX1 W2 PREFIX2 ... "
                "with weights > 0")
@@ -194,20 +195,20 @@ def check_startup(args: argparse.Namespace) -> list[str]:
         raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
                         "positions)")
     notes = _resolve_names(args)
-    _check_transformer_impl(args)
+    check_transformer_impl(getattr(args, "transformer_impl", None))
     _check_prefixes(args)
     _check_cache_path(args)
     _check_load(args)
     return notes
 
 
-def _check_transformer_impl(args: argparse.Namespace) -> None:
+def check_transformer_impl(impl: str | None) -> None:
     """``--transformer-impl transformer_engine`` needs a CUDA device: Transformer Engine's
     modules refuse to build without one (with TE installed, a traceback from inside the model
     build; without it, one from Megatron's TE spec), so a CPU run is refused here in one line
     whether TE is installed or not. The pretrain entry sets ``--transformer-impl local`` on a
     CPU when the flag is not given (``runtime.CPU_ARGS``)."""
-    if getattr(args, "transformer_impl", None) != "transformer_engine":
+    if impl != "transformer_engine":
         return
     import importlib.util
 

@@ -11,11 +11,14 @@ child reaper) ->
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 from megatron_endprompt import runtime
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.training.checks import check_startup, check_transformer_impl, \
+    parse_args_checked
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,7 +31,13 @@ def main(argv: list[str] | None = None) -> None:
         layers = runtime.install(trainer=True)
     except RuntimeError as exc:  # version gate or a changed patched function: one line
         raise SystemExit(f"error: {exc}") from None
-    if layers["cpu"]:
+    if layers["cpu"]:  # refused before Megatron parses or builds anything
+        early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        early.add_argument("--transformer-impl")
+        try:
+            check_transformer_impl(early.parse_known_args(argv)[0].transformer_impl)
+        except UserError as exc:
+            raise SystemExit(f"error: {exc}") from None
         argv = runtime.with_cpu_args(argv)
 
     from megatron.core.enums import ModelType
@@ -42,7 +51,6 @@ def main(argv: list[str] | None = None) -> None:
         loaded_checkpoint_args,
         resolve_endprompt_args,
     )
-    from megatron_endprompt.training.checks import check_startup, parse_args_checked
     from megatron_endprompt.runtime.versions import call_pretrain
     from megatron_endprompt.training.long_eval import long_eval_hook
     from megatron_endprompt.training.providers import (
