@@ -176,12 +176,16 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
 
     from megatron_endprompt.data.dataset import find_sidecar
     from megatron_endprompt.data.sidecar import check_sidecar_name
+    from megatron_endprompt.data.split_counts import check_splits_nonempty
     from megatron_endprompt.data.trust import cache_dir, ensure_verified
+    from megatron_endprompt.training.checks import split_prefixes
 
     name = getattr(args, "endprompt_sidecar_name", None)
     check_sidecar_name(name)
     replay = getattr(args, "endprompt_replay_prefixes", None) or []
     prefixes = data_prefixes(args)
+    split_by_flag = set(split_prefixes(args)) if isinstance(getattr(args, "split", None), str) \
+        else set()
     matched = []
     for r in replay:  # as files: ``mg/small/`` or ``./mg/small`` name the prefix ``mg/small``
         same = [p for p in prefixes if os.path.abspath(r) == os.path.abspath(p)
@@ -202,6 +206,8 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
             prefix, seq_length=args.seq_length, target_length=args.endprompt_target_length,
             name=name, replay_prefixes=replay, tokenizer_identity=identity,
             reset_positions=bool(args.reset_position_ids or args.reset_attention_mask))
+        if prefix in split_by_flag:  # before anything is cached for the run
+            check_splits_nonempty(prefix, sidecar, args.split)
         if sidecar is not None:
             ensure_verified(sidecar, prefix, cache_dir(prefix, getattr(args, "data_cache_path",
                                                                        None)), build=rank0)

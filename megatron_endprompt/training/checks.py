@@ -105,6 +105,13 @@ def blend_prefixes(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(p for _, pairs in blends(args) for _, p in pairs))
 
 
+def split_prefixes(args: argparse.Namespace) -> list[str]:
+    """The prefixes Megatron splits by ``--split`` (``--data-path``, ``--data-args-path``; the
+    per-split blends are not split)."""
+    return list(dict.fromkeys(p for flag, pairs in blends(args) for _, p in pairs
+                              if flag.startswith(("--data-path", "--data-args-path"))))
+
+
 def _check_prefixes(args: argparse.Namespace) -> None:
     from megatron_endprompt.data.atomic_output import ensure_committed
 
