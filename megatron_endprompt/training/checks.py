@@ -20,6 +20,7 @@ import math
 import os
 import tempfile
 
+from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
 
 __all__ = ["blends", "blend_prefixes", "check_startup", "parse_args_checked"]
@@ -128,12 +129,12 @@ def _check_prefixes(args: argparse.Namespace) -> None:
 
 
 def _has_checkpoint(path: str) -> bool:
+    """A checkpoint directory resolves under ``path`` (tracker, iter_*/release, or ``path``
+    itself; :mod:`megatron_endprompt.checkpoint_dir`), or ``path`` holds shard files."""
     if not os.path.isdir(path):
         return False
-    names = os.listdir(path)
-    return ("latest_checkpointed_iteration.txt" in names or "release" in names
-            or any(n.startswith("iter_") for n in names) or "metadata.json" in names
-            or any(n.endswith(".distcp") for n in names))
+    return resolve_checkpoint_dir(path, newest_without_tracker=True) is not None \
+        or any(n.endswith(".distcp") for n in os.listdir(path))
 
 
 def _check_load(args: argparse.Namespace) -> None:
