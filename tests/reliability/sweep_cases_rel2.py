@@ -123,8 +123,98 @@ def _commit_cases() -> list[Case]:
             for k, step in enumerate(COMMIT_STEPS)]
 
 
+# -- launcher, planner, evaluator start-up checks ----------------------------------------------
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
+
+
+def _launch_env(d: str) -> dict[str, str]:
+    sys.path.insert(0, os.path.join(REPO, "tests", "examples"))
+    from launch_fixtures import launch_env
+
+    env = launch_env(os.path.join(d, "run"))
+    fake = os.path.join(d, "bin", "torchrun")  # a launch that gets this far "trains"
+    os.makedirs(os.path.dirname(fake), exist_ok=True)
+    with open(fake, "w") as f:
+        f.write('#!/usr/bin/env bash\ntouch "$TORCHRUN_REACHED"\n')
+    os.chmod(fake, 0o755)
+    env["PATH"] = f"{os.path.dirname(fake)}:{env['PATH']}"
+    return env
+
+
+def launch(dry_run=True, **over):
+    """The launcher (bash) with the fixture's valid variables, ``over`` replacing them
+    (a value ``"{d}/..."`` is formatted with the case directory)."""
+    def build(fx, d):
+        env = _launch_env(d)
+        env.update({k: v.format(d=d, prefix=env["DATA_PREFIX"]) for k, v in over.items()})
+        for k in [k for k, v in env.items() if v == ""]:  # "" unsets the variable
+            del env[k]
+        fx.__dict__.setdefault("rel2_launch", {})[d] = env
+        return ["--dry-run"] if dry_run else []
+
+    def run(fx, d, argv):
+        env = {**fx.rel2_launch[d], "TORCHRUN_REACHED": os.path.join(os.path.dirname(d),
+                                                                       os.path.basename(d)
+                                                                       + ".torchrun")}
+        proc = subprocess.run(["bash", SCRIPT, *argv], env=env, capture_output=True, text=True,
+                              timeout=120)
+        return proc.returncode, proc.stderr
+    return build, run
+
+
+def _torchrun_reached(fx, d, res) -> list[str]:
+    return ["wrong_success"] if os.path.exists(d + ".torchrun") else []
+
+
+def _launch_case(name, needle, dry_run=True, **over) -> Case:
+    build, run = launch(dry_run, **over)
+    return Case(name, "launch", build, needle=needle, run=run, check=_torchrun_reached,
+                item="27")
+
+
+def _hay(fx, d):
+    from sweep_cases_more import ev
+
+    hay = os.path.join(d, "hay.txt")
+    with open(hay, "w", encoding="utf-8") as f:
+        f.write("An essay. " * 200)
+    return ev("--haystack", hay)(fx, d)
+
+
+LAUNCH_PLAN_EVAL = [
+    _launch_case("launch_tp_not_an_integer", "TP='abc' is not an integer", TP="abc"),
+    _launch_case("launch_tp_0", "TP=0", TP="0"),
+    _launch_case("launch_tp_3_of_8_gpus_32_heads", "TP=3", TP="3"),
+    _launch_case("launch_pi_factor_below_ceil", "PI_FACTOR=16", TARGET_LENGTH="131072",
+                 PI_FACTOR="8"),
+    _launch_case("launch_seq_length_above_target", "larger than seq length",
+                 SEQ_LENGTH="131072"),
+    _launch_case("launch_blend_odd_count", "3 values", DATA_PREFIX="",
+                 DATA_BLEND="0.8 {prefix} 0.2"),
+    _launch_case("launch_replay_not_in_blend", "not a prefix of DATA_BLEND", DATA_PREFIX="",
+                 DATA_BLEND="1 {prefix}", REPLAY_PREFIXES="{d}/other"),
+    _launch_case("launch_blend_glob", "glob", DATA_PREFIX="", DATA_BLEND="1 {d}/run/e*"),
+    _launch_case("launch_node_rank_not_below_nnodes", "NODE_RANK=4 must be below NNODES=4",
+                 NODE_RANK="4", NNODES="4"),
+    _launch_case("launch_real_missing_tokenizer", "TOKENIZER=", dry_run=False,
+                 TOKENIZER="{d}/nope"),
+    _launch_case("launch_real_missing_prefix", ".bin not found", dry_run=False,
+                 DATA_PREFIX="{d}/nope"),
+    Case("plan_target_length_1e12", "plan", lambda fx, d: [
+        "--model", "llama3-8b", "--target-length", str(10**12)], item="27",
+        needle="--target-length 1000000000000"),
+    Case("plan_global_batch_below_one_sample", "plan", lambda fx, d: [
+        "--model", "llama3-8b", "--global-batch-tokens", "100"], item="27",
+        needle="below one sample"),
+    Case("plan_sweep_below_seq_length", "plan", lambda fx, d: [
+        "--model", "llama3-8b", "--sweep", "4096"], item="27", needle="--sweep 4096"),
+    Case("ev_haystack_unused", "eval", _hay, item="27", needle="none of --tasks uses it"),
+]
+
+
 PRETRAIN = [
     Case("pt_valid_split_gets_no_sample", "pretrain", _small_prefix_split, item="27",
          needle="--split"),
 ]
-CASES = [*PRETRAIN, *_commit_cases()]
+CASES = [*PRETRAIN, *_commit_cases(), *LAUNCH_PLAN_EVAL]
