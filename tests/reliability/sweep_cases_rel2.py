@@ -213,8 +213,33 @@ LAUNCH_PLAN_EVAL = [
 ]
 
 
+def _bin_bit_flipped_after_verification(fx, d):
+    """A copy of the NullTokenizer prefix, verified (the verdict cached in the run's
+    ``--data-cache-path``), then one token bit flipped in its ``.bin`` with size and mtime
+    kept: it trained silently (Megatron has no ``.bin`` checksum; ours covered the ``.idx``)."""
+    import shutil
+
+    from megatron_endprompt.data.sidecar import open_sidecar
+    from megatron_endprompt.data.trust import ensure_verified
+
+    prefix = os.path.join(d, "flip")
+    for s in (".bin", ".idx", ".endprompt"):
+        shutil.copyfile(fx.null + s, prefix + s)
+    ensure_verified(open_sidecar(prefix + ".endprompt"), prefix, os.path.join(d, "cache"))
+    st = os.stat(prefix + ".bin")
+    with open(prefix + ".bin", "r+b") as f:
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0x04]))
+    os.utime(prefix + ".bin", ns=(st.st_atime_ns, st.st_mtime_ns))
+    return base(fx, d, data=["--data-path", prefix])
+
+
 PRETRAIN = [
     Case("pt_valid_split_gets_no_sample", "pretrain", _small_prefix_split, item="27",
          needle="--split"),
+    Case("pt_bin_bit_flipped_after_verification", "pretrain",
+         _bin_bit_flipped_after_verification, item="27", needle="fail the CRC-32"),
 ]
 CASES = [*PRETRAIN, *_commit_cases(), *LAUNCH_PLAN_EVAL]
