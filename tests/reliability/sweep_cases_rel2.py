@@ -5,6 +5,9 @@ entry points, so the sweep report counts them)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import json
 import os
 import subprocess
@@ -44,11 +47,16 @@ def _tokens(prefix: str):
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    try:
-        ds = IndexedDataset(prefix, mmap=True)
-        return [np.asarray(ds[i]).tolist() for i in range(len(ds))]
-    except Exception as exc:  # noqa: BLE001 - what a stock reader meets is the outcome
-        return exc
+    # a half-built IndexedDataset's __del__ complains on stderr when freed: here, not inside
+    # a later case's captured stderr
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            ds = IndexedDataset(prefix, mmap=True)
+            return [np.asarray(ds[i]).tolist() for i in range(len(ds))]
+        except Exception as exc:  # noqa: BLE001 - what a stock reader meets is the outcome
+            failure = RuntimeError(f"{type(exc).__name__}: {exc}")
+        gc.collect()
+    return failure
 
 
 def _other_corpus(fx) -> str:
