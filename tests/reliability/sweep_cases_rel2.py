@@ -244,10 +244,35 @@ def _bin_bit_flipped_after_verification(fx, d):
     return base(fx, d, data=["--data-path", prefix])
 
 
+def _pp_hf_workers2(fx, d):
+    """Preprocess over the old dataset with the fixture's byte-level BPE HF tokenizer (the
+    Llama-3-like one) and ``--workers 2``."""
+    from sweep_cases import prev
+
+    return ["--input", fx.corpus, "--output-prefix", prev(fx, d), "--tokenizer-type",
+            "HuggingFaceTokenizer", "--tokenizer-model", fx.hf, "--seq-length", "64",
+            "--target-length", "512", "--terminal-length", "8", "--append-eod", "--no-progress",
+            "--workers", "2"]
+
+
+def _pp_sigterm_cases() -> list[Case]:
+    """SIGTERM to the main pid only (the driver signals itself) at two points of the run:
+    while documents are encoded and while samples are made (issue 27: temporaries were left
+    in half the trials with --workers 2)."""
+    from sweep_cases_more import sigterm_subprocess
+
+    return [Case(f"pp_sigterm_main_pid_hf_workers2_{where}", "preprocess", _pp_hf_workers2,
+                 rc=143, item="27", needle="SIGTERM",
+                 run=sigterm_subprocess("preprocess", module, attr, at_call=n))
+            for where, module, attr, n in (
+                ("encoding", "megatron_endprompt.data.samples", "SampleMaker.add_document", 3),
+                ("late", "megatron_endprompt.data.samples", "SampleMaker.add_document", 30))]
+
+
 PRETRAIN = [
     Case("pt_valid_split_gets_no_sample", "pretrain", _small_prefix_split, item="27",
          needle="--split"),
     Case("pt_bin_bit_flipped_after_verification", "pretrain",
          _bin_bit_flipped_after_verification, item="27", needle="fail the CRC-32"),
 ]
-CASES = [*PRETRAIN, *_commit_cases(), *LAUNCH_PLAN_EVAL]
+CASES = [*PRETRAIN, *_commit_cases(), *LAUNCH_PLAN_EVAL, *_pp_sigterm_cases()]
