@@ -269,10 +269,54 @@ def _pp_sigterm_cases() -> list[Case]:
                 ("late", "megatron_endprompt.data.samples", "SampleMaker.add_document", 30))]
 
 
+def _datasets_after_repreprocess(fx, d, argv):
+    """Build the datasets (Megatron's builder, our dataset class) over a 60-document prefix,
+    re-preprocess the prefix with 15 documents, build again with the same cache directory: the
+    second build must follow the new corpus (rc 0) — not the old index (rc 1), not a traceback."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import \
+        BlendedMegatronDatasetBuilder
+
+    from megatron_endprompt.cli import preprocess as preprocess_cli
+    from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
+    from megatron_endprompt.data.sidecar import open_sidecar
+    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from sweep_fixtures import L, P
+
+    prefix = os.path.join(d, "ep")
+    tok = build_tokenizer(TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=1000))
+
+    def build():
+        cfg = EndPromptDatasetConfig(
+            random_seed=1, sequence_length=P, blend=([prefix], None), split="90,5,5",
+            path_to_cache=os.path.join(d, "cache"), tokenizer=tok, endprompt_target_length=L,
+            reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+            create_attention_mask=False)
+        return BlendedMegatronDatasetBuilder(EndPromptGPTDataset, [None, None, None],
+                                             lambda: True, cfg).build()
+
+    for n in (60, 15):
+        for s in (".bin", ".idx", ".endprompt"):
+            if os.path.exists(prefix + s):
+                os.unlink(prefix + s)
+        quiet_cli(preprocess_cli.main, null_argv(prefix, null_corpus(d, n, f"c{n}.jsonl")))
+        train = build()[0]
+    samples = open_sidecar(prefix + ".endprompt").header.num_samples
+    used = {int(train.document_index[i]) for i in range(len(train))}
+    ok = max(used) < samples and len(train) <= samples
+    return (0, "") if ok else (1, f"error: stale index: {len(train)} train samples, ids up to "
+                                  f"{max(used)}, of a {samples}-sample prefix")
+
+
+def _no_check(fx, d, res) -> list[str]:
+    return []
+
+
 PRETRAIN = [
     Case("pt_valid_split_gets_no_sample", "pretrain", _small_prefix_split, item="27",
          needle="--split"),
     Case("pt_bin_bit_flipped_after_verification", "pretrain",
          _bin_bit_flipped_after_verification, item="27", needle="fail the CRC-32"),
 ]
-CASES = [*PRETRAIN, *_commit_cases(), *LAUNCH_PLAN_EVAL, *_pp_sigterm_cases()]
+REPREPROCESSED = Case("ds_repreprocessed_prefix_same_cache", "preprocess", lambda fx, d: [],
+                      rc=0, item="27", run=_datasets_after_repreprocess, check=_no_check)
+CASES = [*PRETRAIN, REPREPROCESSED, *_commit_cases(), *LAUNCH_PLAN_EVAL, *_pp_sigterm_cases()]
