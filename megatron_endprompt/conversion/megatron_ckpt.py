@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from megatron_endprompt.checkpoint_dir import TRACKER_FILE, resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "tensor_metadata",
 ]
 
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
 
 def padded_vocab_size(vocab_size: int, *, divisible_by: int = 128,
@@ -135,32 +135,10 @@ def find_checkpoint(path: str) -> str:
 
     if not os.path.isdir(path):
         raise UserError(f"--checkpoint {path}: no such directory")
-    if os.path.exists(os.path.join(path, "metadata.json")):
-        candidate = path
-    else:
-        tracker = os.path.join(path, TRACKER_FILE)
-        candidate = None
-        if os.path.exists(tracker):
-            with open(tracker) as f:
-                tag = f.read().strip()
-            name = "release" if tag == "release" else f"iter_{int(tag):07d}" if tag.isdigit() \
-                else None
-            if name is None:
-                raise UserError(f"{tracker}: cannot parse {tag!r}")
-            candidate = os.path.join(path, name)
-            if not os.path.isdir(candidate):
-                raise UserError(f"{tracker} points to {candidate}, which does not exist")
-        else:
-            iters = sorted(d for d in os.listdir(path)
-                           if d.startswith("iter_") and d[5:].isdigit()
-                           and os.path.isdir(os.path.join(path, d)))
-            if iters:
-                candidate = os.path.join(path, iters[-1])
-            elif os.path.isdir(os.path.join(path, "release")):
-                candidate = os.path.join(path, "release")
-        if candidate is None:
-            raise UserError(f"--checkpoint {path}: no Megatron checkpoint there (no {TRACKER_FILE},"
-                            " iter_* or release directory)")
+    candidate = resolve_checkpoint_dir(path, newest_without_tracker=True)
+    if candidate is None:
+        raise UserError(f"--checkpoint {path}: no Megatron checkpoint there (no {TRACKER_FILE},"
+                        " iter_* or release directory)")
     if not dist_checkpointing.check_is_distributed_checkpoint(candidate):
         raise UserError(f"{candidate} is not a torch_dist checkpoint (save with "
                         "--ckpt-format torch_dist, Megatron's default)")

@@ -9,14 +9,19 @@ commit. Here a *commit journal* makes the swap all-or-nothing:
    (temporary + rename + directory ``fsync``). **This rename is the commit point**: before it
    the prefix is the complete old dataset (its files were never touched), after it the prefix
    is the complete new dataset, because anyone who finds the journal rolls it forward;
-3. each temporary is renamed over its final name (``.endprompt``, ``.idx``, ``.bin``);
+3. the old ``.idx`` is removed, then the temporaries are renamed over their final names in
+   the order ``.endprompt``, ``.bin``, ``.idx``: **the ``.idx`` comes last**;
 4. the journal is removed.
 
 A kill between 2 and 4 leaves the journal; :func:`finish_interrupted_commit` (run by the next
 preprocessing of the prefix, by ``inspect`` and by the pretrain start-up check) renames the
-remaining temporaries and removes the journal, so every reader sees the new dataset. Without
-our readers, the sidecar's fingerprint (``.idx`` SHA-256, ``.bin`` size) refuses the mixed
-files in most cases; the journal covers the rest (equal sample counts give equal ``.idx``).
+remaining temporaries (same order) and removes the journal, so every reader sees the new
+dataset. Readers that do not know the journal — stock Megatron's ``IndexedDataset``, the
+``.bin/.idx`` being Megatron's format — never see a mismatched pair: while a commit is
+unfinished there is no ``PREFIX.idx`` at all (the old one was removed first, the new one
+arrives last, after its ``.bin``), so they stop at the missing ``.idx`` (Megatron's
+``FileNotFoundError``) instead of reading new offsets into the old ``.bin``. Before the
+commit point they read the complete old pair, after the last rename the complete new one.
 
 The prefix is also *exclusive*: ``PREFIX.lock`` is held with ``fcntl.flock`` for the whole
 run, so a second run writing the same prefix stops at once with one ``error:`` line instead of
@@ -53,8 +58,18 @@ LOCK = ".lock"
 FAULT_ENV = "MEGATRON_ENDPROMPT_FAULT_COMMIT_STEP"
 #: Commit steps after which a fault can be injected (index = ``k``).
 COMMIT_STEPS = ("temporaries written", "temporaries synced", "journal written",
-                "renamed .endprompt", "renamed .idx", "renamed .bin", "journal removed")
-_RENAME_ORDER = (".endprompt", ".idx", ".bin")
+                "removed old .idx", "renamed .endprompt", "renamed .bin", "renamed .idx",
+                "journal removed")
+#: ``.idx`` last: a reader without the journal finds no ``.idx`` until ``.bin`` is new.
+_RENAME_ORDER = (".endprompt", ".bin", ".idx")
+
+
+def _remove_old_idx(tmp_idx: str, idx: str) -> None:
+    """Step 3: unlink the final ``.idx`` while its replacement ``tmp_idx`` is still a
+    temporary (so a stock reader never pairs the old ``.idx`` with the new ``.bin``)."""
+    if os.path.exists(tmp_idx):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(idx)
 _TMP_RE = re.compile(r"\.tmp-(\d+)$")
 
 
@@ -160,6 +175,8 @@ def finish_interrupted_commit(prefix: str) -> bool:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{journal}: unreadable commit journal ({exc}); remove it and re-run "
                         "tools/preprocess_endprompt.py for this prefix") from None
+    _remove_old_idx(os.path.join(directory, files[".idx"]),
+                    os.path.join(directory, targets[".idx"]))
     for suffix in _RENAME_ORDER:
         tmp = os.path.join(directory, files[suffix])
         if os.path.exists(tmp):
@@ -252,14 +269,16 @@ class PrefixWriter:
             self._journaled = True
             _fsync_dir(self.directory)
             _fault(2)
-            for k, suffix in enumerate(_RENAME_ORDER, 3):
+            _remove_old_idx(self.tmp[".idx"], self.targets[".idx"])
+            _fault(3)
+            for k, suffix in enumerate(_RENAME_ORDER, 4):
                 os.replace(self.tmp[suffix], self.targets[suffix])
                 _fault(k)
             _fsync_dir(self.directory)
             os.unlink(journal)
             _fsync_dir(self.directory)
             self._journaled = False
-            _fault(6)
+            _fault(7)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

@@ -33,6 +33,7 @@ from megatron_endprompt.data.prefix_guard import check_sidecar_target
 from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
 from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
+from megatron_endprompt.data.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, file_fingerprint,
                                              sidecar_path, write_sidecar)
 from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
@@ -220,6 +221,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         idx_sha256=file_fingerprint(idx_path),
         idx_bytes=os.path.getsize(idx_path),
         bin_bytes=bin_bytes,
+        bin_crc32=bin_block_crcs(bin_path),
         tokenizer=tok_info,
         stats=summary,
         sources={"kind": "spans", "layout": layout, "length": 0, "crc32": 0,

@@ -24,6 +24,7 @@ from megatron_endprompt.data.atomic_output import PrefixWriter
 from megatron_endprompt.data.indexed_io import IndexedWriter, IndexReader
 from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_shard_set,
                                                   check_sidecar_target, same_file)
+from megatron_endprompt.data.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,
                                              sidecar_path, write_sidecar)
 from megatron_endprompt.data.spans import pack_sources, sidecar_pieces
@@ -116,6 +117,7 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
         header.idx_sha256 = file_fingerprint(tmp[".idx"])
         header.idx_bytes = os.path.getsize(tmp[".idx"])
         header.bin_bytes = os.path.getsize(tmp[".bin"])
+        header.bin_crc32 = bin_block_crcs(tmp[".bin"])
         header.stats = {"merged_from": [
             {"prefix": os.path.abspath(p), "seed": sc.header.seed,
              "samples": sc.header.num_samples, "stats": sc.header.stats}

@@ -139,6 +139,10 @@ class SidecarHeader:
     records_crc32: int = 0
     """CRC-32 of the record bytes (filled by :func:`write_sidecar`)."""
 
+    bin_crc32: dict = field(default_factory=dict)
+    """Per-block CRC-32 of the ``.bin`` (:mod:`.bin_checksum`); empty in sidecars written
+    before it existed (their tokens are not verified)."""
+
     tokenizer: dict = field(default_factory=dict)
     """Tokenizer identity (:func:`~megatron_endprompt.data.tokenizer_identity.tokenizer_identity`:
     type, model, vocab_size, eod, fingerprint); empty when unknown (no check at training)."""

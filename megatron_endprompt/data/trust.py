@@ -23,6 +23,7 @@ import json
 import logging
 import os
 
+from megatron_endprompt.data.bin_checksum import SAMPLED_BLOCKS, verify_bin
 from megatron_endprompt.data.sidecar import VERSION, Sidecar, file_fingerprint, verify_sidecar
 from megatron_endprompt.disk import write_text
 
@@ -80,10 +81,13 @@ def ensure_verified(sidecar: Sidecar, prefix: str, directory: str, *,
              "header_crc32": sidecar.header_crc32, "idx_sha256": sidecar.header.idx_sha256}
     where = _entry_path(directory, "sidecar", sidecar.path)
     if _load(where) == entry:
+        if build:  # a few random .bin blocks again (bit rot keeps the file identity)
+            verify_bin(sidecar, prefix + ".bin", sample=SAMPLED_BLOCKS)
         return "cached"
     if not build:
         return "deferred"
     verify_sidecar(sidecar, prefix)
+    verify_bin(sidecar, prefix + ".bin")  # every block, once per file identity
     _store(where, entry)
     return "verified"
 

@@ -14,6 +14,7 @@ import argparse
 import os
 from typing import Any
 
+from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model.yarn import ROPE_SCALINGS, YarnScaling, yarn_from_megatron_args
 from megatron_endprompt.training.long_eval import add_long_eval_args
@@ -93,29 +94,13 @@ def model_rope_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"pi_factor": 1.0, "yarn": yarn}
 
 
-def _checkpoint_dir(root: str | None, step: int | None = None) -> str | None:
-    """The ``iter_*``/``release`` directory Megatron would load from save directory ``root``."""
-    if not root or not os.path.isdir(root):
-        return None
-    if step is not None:
-        path = os.path.join(root, f"iter_{step:07d}")
-        return path if os.path.isdir(path) else None
-    tracker = os.path.join(root, "latest_checkpointed_iteration.txt")
-    if not os.path.exists(tracker):
-        return root if os.path.exists(os.path.join(root, "metadata.json")) else None
-    with open(tracker) as f:
-        tag = f.read().strip()
-    name = "release" if tag == "release" else f"iter_{int(tag):07d}" if tag.isdigit() else None
-    path = os.path.join(root, name) if name else None
-    return path if path and os.path.isdir(path) else None
-
-
 def loaded_checkpoint_args(args: argparse.Namespace) -> Any:
     """The saved Megatron args of the checkpoint this run will start from, or ``None``: ``--load``
     when it holds a checkpoint (at ``--ckpt-step`` if given), else ``--pretrained-checkpoint``.
     Only ``torch_dist`` checkpoints are read (their common state; no process group needed)."""
-    candidates = [_checkpoint_dir(getattr(args, "load", None), getattr(args, "ckpt_step", None)),
-                  _checkpoint_dir(getattr(args, "pretrained_checkpoint", None))]
+    candidates = [resolve_checkpoint_dir(getattr(args, "load", None),
+                                         step=getattr(args, "ckpt_step", None)),
+                  resolve_checkpoint_dir(getattr(args, "pretrained_checkpoint", None))]
     path = next((c for c in candidates if c is not None), None)
     if path is None or not os.path.exists(os.path.join(path, "metadata.json")):
         return None
@@ -176,12 +161,16 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
 
     from megatron_endprompt.data.dataset import find_sidecar
     from megatron_endprompt.data.sidecar import check_sidecar_name
+    from megatron_endprompt.data.split_counts import check_splits_nonempty
     from megatron_endprompt.data.trust import cache_dir, ensure_verified
+    from megatron_endprompt.training.checks import split_prefixes
 
     name = getattr(args, "endprompt_sidecar_name", None)
     check_sidecar_name(name)
     replay = getattr(args, "endprompt_replay_prefixes", None) or []
     prefixes = data_prefixes(args)
+    split_by_flag = set(split_prefixes(args)) if isinstance(getattr(args, "split", None), str) \
+        else set()
     matched = []
     for r in replay:  # as files: ``mg/small/`` or ``./mg/small`` name the prefix ``mg/small``
         same = [p for p in prefixes if os.path.abspath(r) == os.path.abspath(p)
@@ -202,6 +191,8 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
             prefix, seq_length=args.seq_length, target_length=args.endprompt_target_length,
             name=name, replay_prefixes=replay, tokenizer_identity=identity,
             reset_positions=bool(args.reset_position_ids or args.reset_attention_mask))
+        if prefix in split_by_flag:  # before anything is cached for the run
+            check_splits_nonempty(prefix, sidecar, args.split)
         if sidecar is not None:
             ensure_verified(sidecar, prefix, cache_dir(prefix, getattr(args, "data_cache_path",
                                                                        None)), build=rank0)

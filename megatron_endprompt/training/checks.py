@@ -22,6 +22,7 @@ import json
 import math
 import os
 
+from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.data.prefix_name import resolve_prefix
 from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
@@ -135,6 +136,13 @@ def _resolve_names(args: argparse.Namespace) -> list[str]:
     return list(notes.values())
 
 
+def split_prefixes(args: argparse.Namespace) -> list[str]:
+    """The prefixes Megatron splits by ``--split`` (``--data-path``, ``--data-args-path``; the
+    per-split blends are not split)."""
+    return list(dict.fromkeys(p for flag, pairs in blends(args) for _, p in pairs
+                              if flag.startswith(("--data-path", "--data-args-path"))))
+
+
 def _check_prefixes(args: argparse.Namespace) -> None:
     from megatron_endprompt.data.atomic_output import ensure_committed
 
@@ -151,12 +159,12 @@ def _check_prefixes(args: argparse.Namespace) -> None:
 
 
 def _has_checkpoint(path: str) -> bool:
+    """A checkpoint directory resolves under ``path`` (tracker, iter_*/release, or ``path``
+    itself; :mod:`megatron_endprompt.checkpoint_dir`), or ``path`` holds shard files."""
     if not os.path.isdir(path):
         return False
-    names = os.listdir(path)
-    return ("latest_checkpointed_iteration.txt" in names or "release" in names
-            or any(n.startswith("iter_") for n in names) or "metadata.json" in names
-            or any(n.endswith(".distcp") for n in names))
+    return resolve_checkpoint_dir(path, newest_without_tracker=True) is not None \
+        or any(n.endswith(".distcp") for n in os.listdir(path))
 
 
 def _check_load(args: argparse.Namespace) -> None:

@@ -38,8 +38,8 @@ class Case:
 
     name: str
     tool: str
-    """preprocess | inspect | convert | eval | merge | sidecar | pretrain (decides the ``main``
-    that runs)."""
+    """preprocess | inspect | convert | eval | merge | sidecar | plan | pretrain (decides the
+    ``main`` that runs) | launch (the bash launcher, through ``run``)."""
     build: Callable[[Any, str], list[str]]
     """``build(fixtures, d) -> argv``; may create inputs and previous outputs in ``d``."""
     rc: int = 2
@@ -85,6 +85,7 @@ MAINS = {
     "eval": "megatron_endprompt.cli.eval",
     "merge": "megatron_endprompt.cli.merge",
     "sidecar": "megatron_endprompt.cli.build_sidecar",
+    "plan": "megatron_endprompt.cli.plan",
 }
 
 

@@ -34,7 +34,7 @@ def _explain(r: dict) -> str:
 def test_sweep_is_large_and_covers_every_tool():
     assert len(CASES) >= 60
     assert {c.tool for c in CASES} == {"preprocess", "inspect", "convert", "eval", "pretrain",
-                                       "merge", "sidecar"}
+                                       "merge", "sidecar", "plan", "launch"}
     assert len({c.name for c in CASES}) == len(CASES)
 
 

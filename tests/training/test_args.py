@@ -83,7 +83,9 @@ def test_loaded_checkpoint_args_reads_torch_dist_common_state(tmp_path):
     args.load = str(tmp_path / "missing")
     args.pretrained_checkpoint = str(tmp_path)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("7")
-    assert loaded_checkpoint_args(args) is None  # tracker points nowhere: Megatron's error later
+    # tracker points nowhere: one line at start-up (Megatron's traceback later, before)
+    with pytest.raises(UserError, match="latest_checkpointed_iteration.txt points to"):
+        loaded_checkpoint_args(args)
 
 
 def test_l0_read_from_a_torch_dist_checkpoint(tmp_path):
