@@ -59,10 +59,10 @@ def test_preprocess_log_lines_show_possible_rates(llama3_args, run_tool, tmp_pat
     all the tokens in 0.25 s — the old lines divided the drained backlog by microseconds."""
     import time
 
-    import megatron_endprompt.data.preprocess as pp
+    import megatron_endprompt.data.tokenizer_verdict as tv  # a cold run builds Megatron's there
 
-    real = pp.build_tokenizer
-    monkeypatch.setattr(pp, "build_tokenizer", lambda spec: time.sleep(0.3) or real(spec))
+    real = tv.build_tokenizer
+    monkeypatch.setattr(tv, "build_tokenizer", lambda spec: time.sleep(0.3) or real(spec))
     argv = [a for a in llama3_args(tmp_path / "x", "--log-interval", 1) if a != "--no-progress"]
     rc, out, err = run_tool(preprocess_cli.main, argv)
     assert rc == 0, err
