@@ -22,18 +22,20 @@ retrieval at ``L0`` (``benchmarks/README.md``).
     first ``a = P - b`` tokens at ``0..a-1`` and its last ``b`` tokens (the recall) at
     ``L-b..L-1``.
 (d) **EndPrompt random**: as (c), the terminal starting uniformly in ``[a, L-b]``.
-(e) **PoSE**: ``--pose-chunks 2 --placement random --terminal-source continuation
-    --terminal-length 1 --terminal-loss-weight 1``: ``P``-token windows of the document stream
-    in two chunks with a random position skip, plus a one-token "terminal" that is the next
-    token of the same text at a random later position (no anchoring, uniform loss).
+(e) **PoSE** as PoSE's ``train_pose.py`` (``replication_pose.py``, cited there): per
+    document, a first chunk of ``U{1..ceil(P/2)}`` tokens, then -- after a text skip of
+    ``U{0..n-P}`` tokens and a position skip of ``U{0..L-P}`` -- the rest of the ``P``-token
+    window; uniform loss, no anchoring. (The old two-piece (e) of the committed 3-seed table
+    trained on stream windows with the project's own cut/skip law and no text skip.)
 (f) **ET(PoSE)**: (d) with ``--pose-chunks 2``.
 (g) **EndPrompt, prompt terminal**: ``--terminal-source prompt --placement fixed``, the
     built-in EP1-EP3 set, ``w = 0.1``: ``P``-token windows of the stream closed by a prompt.
 (h) **full-length fine-tuning at equal tokens** (the second view): (b) with
     ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g).
 
-(e), (g) train on ``P``-token windows of the documents' stream, which rarely hold a fact and
-its recall. Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
+(g) trains on ``P``-token windows of the documents' stream, which rarely hold a fact and its
+recall; (e) on one PoSE sample per document (its fact, in the first chunk only when
+``r1`` reaches it; its recall, in the second only when the text skip leaves it at the end). Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
 differences (d)-(b), (d)-(d0), (g1p)-(g1n) go to ``results["paired"]``.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
@@ -57,6 +59,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import replication_controls as controls  # noqa: E402
 from replication_args import build_parser  # noqa: E402,F401 - mini.build_parser stays
 import replication_data as data  # noqa: E402
+import replication_pose as pose  # noqa: E402
 import replication_report as report  # noqa: E402
 import replication_run as run  # noqa: E402
 import replication_stats as stats  # noqa: E402
@@ -66,7 +69,7 @@ METHODS = {
     "b": "full-length FT at L",
     "c": "EndPrompt fixed",
     "d": "EndPrompt random",
-    "e": "PoSE",
+    "e": "PoSE (train_pose.py)",
     "f": "ET(PoSE)",
     "g": "EndPrompt prompt EP1-3",
     "h": "full-length FT, equal tokens",
@@ -259,6 +262,8 @@ class Replication:
                 *flags])
             if m == "d0":  # (d)'s own samples (same seed), positions made contiguous
                 controls.make_contiguous(sidecar_path(prefix))
+            elif m == "e":  # the same documents, one PoSE sample each (PoSE's own law)
+                pose.write_pose_sidecar(prefix, seed=ft_seed)
             kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2),
                       data_prefix=prefix)
         entry = {"name": METHODS[m], "sig": sig, "seed": seed,

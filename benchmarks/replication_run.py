@@ -18,6 +18,7 @@ import resource
 import statistics
 import time
 
+import replication_pose as pose
 import replication_stats as stats
 
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
@@ -120,8 +121,7 @@ def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> li
             "--terminal-loss-weight", f"{w:g}"]
     return {"c": ["--placement", "fixed", *tail],
             "d": ["--placement", "random", *tail],
-            "e": ["--placement", "random", "--pose-chunks", "2", "--terminal-source",
-                  "continuation", "--terminal-length", "1", "--terminal-loss-weight", "1"],
+            "e": list(pose.PREPROCESS_FLAGS),  # then rewritten: replication_pose.py
             "f": ["--placement", "random", "--pose-chunks", "2", *tail],
             "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
                   "ep1-3",  # the committed (g) results used the mixture, the old default

@@ -32,8 +32,9 @@ def test_method_layouts_are_the_documented_ones():
     assert fixed[:2] == ["--placement", "fixed"] and "document-tail" in fixed
     assert run.layout_flags("d", **kw)[:2] == ["--placement", "random"]
     pose = run.layout_flags("e", **{**kw, "w": 0.5})  # PoSE: no anchored tail, uniform weight
-    assert "continuation" in pose and pose[pose.index("--terminal-length") + 1] == "1"
+    assert pose[pose.index("--terminal-length") + 1] == "1"  # rewritten: test_replication_pose
     assert pose[pose.index("--terminal-loss-weight") + 1] == "1"
+    assert pose[pose.index("--pose-chunks") + 1] == "2"
     et = run.layout_flags("f", **{**kw, "w": 0.5})
     assert et[et.index("--pose-chunks") + 1] == "2" and "document-tail" in et
     assert et[et.index("--terminal-loss-weight") + 1] == "0.5"
