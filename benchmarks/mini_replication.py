@@ -2,7 +2,9 @@
 
     .venv/bin/python benchmarks/mini_replication.py              # one seed, main table
     .venv/bin/python benchmarks/mini_replication.py --seeds 3 --sweep   # the README's full run
-    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form: tiniest sizes
+    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form (< 2 min): one
+                                                                 # method trained, every
+                                                                 # method's layout checked
 
 A small Llama is pretrained once at a short window ``L0`` on generated documents whose end
 recalls a fact stated before it (``replication_data.py``; the base is cached in the work
@@ -35,7 +37,8 @@ retrieval at ``L0`` (``benchmarks/README.md``).
 
 (g) trains on ``P``-token windows of the documents' stream, which rarely hold a fact and its
 recall; (e) on one PoSE sample per document (its fact, in the first chunk only when
-``r1`` reaches it; its recall, in the second only when the text skip leaves it at the end). Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
+``r1`` reaches it; its recall, in the second only when the text skip leaves it at the end).
+Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
 differences (d)-(b), (d)-(d0), (g1p)-(g1n) go to ``results["paired"]``.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
@@ -59,6 +62,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import replication_controls as controls  # noqa: E402
 from replication_args import build_parser  # noqa: E402,F401 - mini.build_parser stays
 import replication_data as data  # noqa: E402
+import replication_layouts as layouts  # noqa: E402
 import replication_pose as pose  # noqa: E402
 import replication_report as report  # noqa: E402
 import replication_run as run  # noqa: E402
@@ -98,7 +102,9 @@ SIZES = {
                   ft_lr=3e-4, ft_warmup=None, ft_min=None,
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
-                  methods="a,c,d0,g1p", held_out="niah_multikey_2"),
+                  # one method trained end to end (~40 s a torchrun on 2 busy cores); every
+                  # method's data built and checked for its layout (replication_layouts.py)
+                  methods="f", held_out="niah_multikey_2", check_all=True),
 }
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
@@ -195,7 +201,7 @@ class Replication:
                         max_tokens=self.L + 64, seed=13, count=count, fact_span=None,
                         kinds=("fact",), probs=(1.0,))
         print(f"fine-tuning data: {n} documents of {lo}..{self.L - 1} tokens (+EOD)", flush=True)
-        wanted = c["methods"].split(",")
+        wanted = list(METHODS) if c.get("check_all") else c["methods"].split(",")
         if "a1" in wanted:  # the same documents as one stream, Megatron's P-token windows
             data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_stream"), self.spm)
         if "g1p" in wanted or "g1n" in wanted:
@@ -230,6 +236,8 @@ class Replication:
         # which other methods this invocation runs does not change this one's run
         sig = {"c": {k: v for k, v in c.items() if k != "methods"}, "m": m, "seed": seed,
                "terminal": terminal, "w": w, "s": s}
+        if m == "e":  # not the old two-piece (e): PoSE's own law
+            sig["law"] = pose.LAW
         if (entry := self.reuse(done, sig, tag)) is not None:
             return entry
         t0 = time.time()
@@ -237,35 +245,10 @@ class Replication:
         shutil.rmtree(ckpt, ignore_errors=True)
         ft_seed = 1000 + seed
         docs = c["ft_docs"]
-        if m in ("b", "h"):
-            kw = dict(seq=self.L, target=2 * self.L, mb=1, data_prefix=self.w("ft_plain"),
-                      replay=True, eod_mask=True)  # the EOD padding is not trained
-            if m == "h":  # the tokens per step of the methods that train on P tokens
-                docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
-        elif m in controls.PLAIN_STREAM:  # contiguous P-token windows of a document stream
-            kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2), replay=True,
-                      data_prefix=self.w("ft_stream" if m == "a1" else "g1_plain"))
-        else:
-            from megatron_endprompt.cli import preprocess
-            from megatron_endprompt.data.sidecar import sidecar_path
-
-            prefix = self.w(f"ft_{tag}")
-            lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
-            flags = controls.layout_flags(m, **lay) if m in ("d0", "g1p") else \
-                run.layout_flags(m, **lay)
-            run.tool(preprocess.main, [
-                "--input", self.w("g1.jsonl" if m == "g1p" else "ft.jsonl"),
-                "--output-prefix", prefix,
-                "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", self.spm,
-                "--seq-length", str(self.P), "--target-length", str(self.L), "--append-eod",
-                "--workers", "1", "--no-progress", "--seed", str(ft_seed),
-                *flags])
-            if m == "d0":  # (d)'s own samples (same seed), positions made contiguous
-                controls.make_contiguous(sidecar_path(prefix))
-            elif m == "e":  # the same documents, one PoSE sample each (PoSE's own law)
-                pose.write_pose_sidecar(prefix, seed=ft_seed)
-            kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2),
-                      data_prefix=prefix)
+        if m == "h":  # the tokens per step of the methods that train on P tokens
+            docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
+        kw = layouts.build(self, m, tag, seed, terminal=terminal, w=w)
+        print("  layout " + layouts.check(m, kw, c, terminal=terminal, w=w), flush=True)
         entry = {"name": METHODS[m], "sig": sig, "seed": seed,
                  "tokens_per_step": docs * kw["seq"],
                  "samples_per_step": docs, "steps": c["ft_iters"]}
@@ -343,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     results["base"] = {"train": rep.base()}
     timings["base_s"] = time.time() - t0
     rep.ft_data()
+    if c.get("check_all"):  # --smoke: every method's data has its layout (one is trained)
+        t0 = time.time()
+        results["layouts"] = {m: layouts.check(m, layouts.build(
+            rep, m, f"check_{m}", 0, terminal=c["terminal"], w=c["w"]), c,
+            terminal=c["terminal"], w=c["w"]) for m in METHODS if m != "a"}
+        print("\n".join(f"  layout {v}" for v in results["layouts"].values()), flush=True)
+        timings["layouts_s"] = time.time() - t0
     t0 = time.time()
     results["base"]["eval"] = rep.export_eval(rep.base_ckpt, "base_s1", target=None,
                                               pi=None, cache=True)

@@ -45,6 +45,9 @@ from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path, write_si
 from megatron_endprompt.data.spans import pack_sources, token_stream_bounds
 from megatron_endprompt.layout import sample_rng
 
+#: The source read, as cited in the module docstring (stored with results).
+LAW = "dwzhu-pku/PoSE src/train_pose.py@a3d4ba8bd38e6615ba778d9a1061e380c8e69647"
+
 #: PoSE truncates each document to this many training windows (``max_length = 5 x P``).
 TRUNCATE_WINDOWS = 5
 
@@ -118,7 +121,7 @@ def write_pose_sidecar(prefix: str, *, seed: int) -> dict:
     header = old.header
     header.num_samples, header.seed = len(records), seed
     header.sources = {**header.sources, "layout": kind}
-    pose = {"law": "dwzhu-pku/PoSE src/train_pose.py@a3d4ba8",
+    pose = {"law": LAW,
             "samples": len(records), "documents_dropped_shorter_than_P": dropped,
             "text_skip_mean": float(np.mean(pieces[1::2, 0] - pieces[0::2, 0]
                                             - pieces[0::2, 1])),
