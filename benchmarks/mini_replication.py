@@ -2,9 +2,8 @@
 
     .venv/bin/python benchmarks/mini_replication.py              # one seed, main table
     .venv/bin/python benchmarks/mini_replication.py --seeds 3 --sweep   # the README's full run
-    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form (< 2 min): one
-                                                                 # method trained, every
-                                                                 # method's layout checked
+    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form (< 1 min): (f)
+                                                                 # trained, every layout checked
 
 A small Llama is pretrained once at a short window ``L0`` on generated documents whose end
 recalls a fact stated before it (``replication_data.py``; the base is cached in the work
@@ -109,6 +108,8 @@ SIZES = {
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
              "base_iters", "base_mb", "base_lr")
+#: Pretraining saves this often (a stage interrupted is continued under ``--resume``).
+BASE_SAVE_EVERY = 100
 #: Configuration that shapes an evaluation (with the checkpoint and its window).
 EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows", "held_out")
 
@@ -158,7 +159,7 @@ class Replication:
                     print(f"base: reusing {self.base_ckpt} (same configuration)", flush=True)
                     trains.append(cached["train"])
                     continue
-            trains.append(self._base_stage(j, ckpt, iters, load))
+            trains.append(self._base_stage(j, ckpt, iters, load, key))
             with open(stamp, "w", encoding="utf-8") as f:
                 json.dump({"key": key, "train": trains[-1]}, f)
         out = dict(trains[-1])
@@ -166,9 +167,20 @@ class Replication:
         out["train_wall_s"] = round(sum(t["train_wall_s"] for t in trains), 1)
         return out
 
-    def _base_stage(self, j: int, ckpt: str, iters: int, load: str | None) -> dict:
+    def _base_stage(self, j: int, ckpt: str, iters: int, load: str | None, key: dict) -> dict:
+        """One pretraining stage; with ``--resume``, one interrupted under the same ``key``
+        continues from its last save (every ``BASE_SAVE_EVERY`` steps)."""
         c = self.c
+        partial = self.w(f"{ckpt}.partial.json")
+        tracker = self.w(ckpt, "latest_checkpointed_iteration.txt")
+        if self.resume and os.path.exists(tracker) and os.path.exists(partial):
+            with open(partial, encoding="utf-8") as f:
+                if json.load(f) == key:
+                    print(f"base: continuing {self.w(ckpt)} from its last save", flush=True)
+                    return self._base_train(j, ckpt, iters, self.w(ckpt), finetune=False)
         shutil.rmtree(self.w(ckpt), ignore_errors=True)
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(key, f)
         if j == 0:
             data.make_tokenizer(self.work, vocab_size=c["vocab"], num_docs=600,
                                 split_digits=c["split_digits"])
@@ -181,11 +193,17 @@ class Replication:
         ntok = data.write_plain_prefix(self.w(f"{name}.jsonl"), self.w(f"{name}_plain"),
                                        self.spm)
         print(f"{name} data: {n_docs} documents, {ntok} tokens", flush=True)
+        return self._base_train(j, ckpt, iters, self.w(load) if load else None, finetune=True)
+
+    def _base_train(self, j: int, ckpt: str, iters: int, load: str | None, *,
+                    finetune: bool) -> dict:
+        c, name = self.c, "base" if j == 0 else f"base_more{j}"
         return run.train(name, run.train_argv(
             c, self.spm, self.work, seq=self.L0, target=2 * self.L0, pi=1.0, mb=c["base_mb"],
             gbs=2 * c["base_mb"], iters=iters, lr=c["base_lr"],
-            data_prefix=self.w(f"{name}_plain"), save=self.w(ckpt),
-            load=self.w(load) if load else None, seed=1234 + j, replay=True), self.work)
+            data_prefix=self.w(f"{name}_plain"), save=self.w(ckpt), load=load,
+            seed=1234 + j, replay=True, save_interval=min(iters, BASE_SAVE_EVERY),
+            finetune=finetune), self.work)
 
     def ft_data(self) -> None:
         """The fine-tuning documents (each ``L - 1`` tokens, fact early, recall at the end),

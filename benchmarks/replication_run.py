@@ -89,7 +89,9 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
                gbs: int, iters: int, lr: float, data_prefix: str, save: str,
                load: str | None, seed: int, save_interval: int | None = None,
                replay: bool = False, warmup: int | None = None,
-               eod_mask: bool = False) -> list[str]:
+               eod_mask: bool = False, finetune: bool = True) -> list[str]:
+    """``pretrain``'s argv. ``load`` with ``finetune``: start from its weights (fresh schedule);
+    without: continue that run (its iteration, schedule, optimizer and data position)."""
     warm = warmup or max(1, min(20, iters // 10))
     argv = [
         *model_flags(c), "--seq-length", str(seq), "--max-position-embeddings", str(seq),
@@ -111,7 +113,7 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
     if eod_mask:  # EOD-padded documents (full-length fine-tuning): the padding is not trained
         argv += ["--eod-mask-loss"]
     if load:
-        argv += ["--load", load, "--finetune"]
+        argv += ["--load", load, *(["--finetune"] if finetune else [])]
     return argv
 
 
