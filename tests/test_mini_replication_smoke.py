@@ -267,3 +267,26 @@ def test_a_method_whose_data_has_another_layout_is_refused(run_tool, spm_args, t
         with pytest.raises(SystemExit) as exc:  # d0 before make_contiguous: still (d)'s jumps
             layouts.check(m, kw, c, **lay)
         assert str(exc.value).startswith(f"error: method ({m}): ") and "\n" not in str(exc.value)
+
+
+def test_an_interrupted_base_stage_continues_from_its_last_save(tmp_path, monkeypatch):
+    """--resume: a pretraining stage saved part-way under the same configuration is continued
+    (--load of its own checkpoint, no --finetune); under another configuration it restarts."""
+    argvs = []
+    monkeypatch.setattr(run, "train", lambda name, argv, work: argvs.append(argv) or {})
+
+    def fresh(*a, **k):
+        raise RuntimeError("started over")
+    monkeypatch.setattr(data, "make_tokenizer", fresh)
+    rep = mini.Replication(dict(mini.SIZES["smoke"]), str(tmp_path), resume=True)
+    key = {"base_iters": 2}
+    (tmp_path / "ckpt_base").mkdir()
+    (tmp_path / "ckpt_base" / "latest_checkpointed_iteration.txt").write_text("1")
+    (tmp_path / "ckpt_base.partial.json").write_text(json.dumps(key))
+    rep._base_stage(0, "ckpt_base", 2, None, key)
+    argv = argvs[-1]
+    assert argv[argv.index("--load") + 1] == str(tmp_path / "ckpt_base")
+    assert "--finetune" not in argv and argv[argv.index("--save-interval") + 1] == "2"
+    with pytest.raises(RuntimeError, match="started over"):
+        rep._base_stage(0, "ckpt_base", 2, None, {"base_iters": 3})
+    assert not (tmp_path / "ckpt_base").exists()
