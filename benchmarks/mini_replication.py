@@ -177,6 +177,9 @@ class Replication:
             with open(partial, encoding="utf-8") as f:
                 if json.load(f) == key:
                     print(f"base: continuing {self.w(ckpt)} from its last save", flush=True)
+                    log = self.w(f"train_{'base' if j == 0 else f'base_more{j}'}.log")
+                    if os.path.exists(log):  # the interrupted part's log (times, losses) stays
+                        os.replace(log, f"{log}.before-{int(time.time())}")
                     return self._base_train(j, ckpt, iters, self.w(ckpt), finetune=False)
         shutil.rmtree(self.w(ckpt), ignore_errors=True)
         with open(partial, "w", encoding="utf-8") as f:
