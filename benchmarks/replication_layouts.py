@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
 import replication_controls as controls
 import replication_pose as pose
 import replication_run as run

@@ -9,16 +9,15 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import SPM_L, SPM_P
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
 
-import replication_pose as pose  # noqa: E402
+import replication_pose as pose
 
-from megatron_endprompt.data.sidecar_checks import check_records  # noqa: E402
-from megatron_endprompt.layout import LayoutConfig, positions_from_record  # noqa: E402
+from megatron_endprompt.data.sidecar_checks import check_records
+from megatron_endprompt.layout import LayoutConfig, positions_from_record
 
 
 def test_the_chunk_and_skip_laws_are_poses():
