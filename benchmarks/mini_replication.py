@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/mini_replication.py              # one seed, main table
     .venv/bin/python benchmarks/mini_replication.py --seeds 3 --sweep   # the README's full run
-    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form: tiniest sizes
+    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form (< 1 min): (f)
+                                                                 # trained, every layout checked
 
 A small Llama is pretrained once at a short window ``L0`` on generated documents whose end
 recalls a fact stated before it (``replication_data.py``; the base is cached in the work
@@ -22,18 +23,21 @@ retrieval at ``L0`` (``benchmarks/README.md``).
     first ``a = P - b`` tokens at ``0..a-1`` and its last ``b`` tokens (the recall) at
     ``L-b..L-1``.
 (d) **EndPrompt random**: as (c), the terminal starting uniformly in ``[a, L-b]``.
-(e) **PoSE**: ``--pose-chunks 2 --placement random --terminal-source continuation
-    --terminal-length 1 --terminal-loss-weight 1``: ``P``-token windows of the document stream
-    in two chunks with a random position skip, plus a one-token "terminal" that is the next
-    token of the same text at a random later position (no anchoring, uniform loss).
+(e) **PoSE** as PoSE's ``train_pose.py`` (``replication_pose.py``, cited there): per
+    document, a first chunk of ``U{1..ceil(P/2)}`` tokens, then -- after a text skip of
+    ``U{0..n-P}`` tokens and a position skip of ``U{0..L-P}`` -- the rest of the ``P``-token
+    window; uniform loss, no anchoring. (The old two-piece (e) of the committed 3-seed table
+    trained on stream windows with the project's own cut/skip law and no text skip.)
 (f) **ET(PoSE)**: (d) with ``--pose-chunks 2``.
 (g) **EndPrompt, prompt terminal**: ``--terminal-source prompt --placement fixed``, the
     built-in EP1-EP3 set, ``w = 0.1``: ``P``-token windows of the stream closed by a prompt.
 (h) **full-length fine-tuning at equal tokens** (the second view): (b) with
     ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g).
 
-(e), (g) train on ``P``-token windows of the documents' stream, which rarely hold a fact and
-its recall. Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
+(g) trains on ``P``-token windows of the documents' stream, which rarely hold a fact and its
+recall; (e) on one PoSE sample per document (its fact, in the first chunk only when
+``r1`` reaches it; its recall, in the second only when the text skip leaves it at the end).
+Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
 differences (d)-(b), (d)-(d0), (g1p)-(g1n) go to ``results["paired"]``.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
@@ -57,6 +61,8 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import replication_controls as controls  # noqa: E402
 from replication_args import build_parser  # noqa: E402,F401 - mini.build_parser stays
 import replication_data as data  # noqa: E402
+import replication_layouts as layouts  # noqa: E402
+import replication_pose as pose  # noqa: E402
 import replication_report as report  # noqa: E402
 import replication_run as run  # noqa: E402
 import replication_stats as stats  # noqa: E402
@@ -66,7 +72,7 @@ METHODS = {
     "b": "full-length FT at L",
     "c": "EndPrompt fixed",
     "d": "EndPrompt random",
-    "e": "PoSE",
+    "e": "PoSE (train_pose.py)",
     "f": "ET(PoSE)",
     "g": "EndPrompt prompt EP1-3",
     "h": "full-length FT, equal tokens",
@@ -95,11 +101,15 @@ SIZES = {
                   ft_lr=3e-4, ft_warmup=None, ft_min=None,
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
-                  methods="a,c,d0,g1p", held_out="niah_multikey_2"),
+                  # one method trained end to end (~40 s a torchrun on 2 busy cores); every
+                  # method's data built and checked for its layout (replication_layouts.py)
+                  methods="f", held_out="niah_multikey_2", check_all=True),
 }
 #: Configuration that shapes the base checkpoint (its cache key).
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
              "base_iters", "base_mb", "base_lr")
+#: Pretraining saves this often (a stage interrupted is continued under ``--resume``).
+BASE_SAVE_EVERY = 100
 #: Configuration that shapes an evaluation (with the checkpoint and its window).
 EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows", "held_out")
 
@@ -149,7 +159,7 @@ class Replication:
                     print(f"base: reusing {self.base_ckpt} (same configuration)", flush=True)
                     trains.append(cached["train"])
                     continue
-            trains.append(self._base_stage(j, ckpt, iters, load))
+            trains.append(self._base_stage(j, ckpt, iters, load, key))
             with open(stamp, "w", encoding="utf-8") as f:
                 json.dump({"key": key, "train": trains[-1]}, f)
         out = dict(trains[-1])
@@ -157,9 +167,23 @@ class Replication:
         out["train_wall_s"] = round(sum(t["train_wall_s"] for t in trains), 1)
         return out
 
-    def _base_stage(self, j: int, ckpt: str, iters: int, load: str | None) -> dict:
+    def _base_stage(self, j: int, ckpt: str, iters: int, load: str | None, key: dict) -> dict:
+        """One pretraining stage; with ``--resume``, one interrupted under the same ``key``
+        continues from its last save (every ``BASE_SAVE_EVERY`` steps)."""
         c = self.c
+        partial = self.w(f"{ckpt}.partial.json")
+        tracker = self.w(ckpt, "latest_checkpointed_iteration.txt")
+        if self.resume and os.path.exists(tracker) and os.path.exists(partial):
+            with open(partial, encoding="utf-8") as f:
+                if json.load(f) == key:
+                    print(f"base: continuing {self.w(ckpt)} from its last save", flush=True)
+                    log = self.w(f"train_{'base' if j == 0 else f'base_more{j}'}.log")
+                    if os.path.exists(log):  # the interrupted part's log (times, losses) stays
+                        os.replace(log, f"{log}.before-{int(time.time())}")
+                    return self._base_train(j, ckpt, iters, self.w(ckpt), finetune=False)
         shutil.rmtree(self.w(ckpt), ignore_errors=True)
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(key, f)
         if j == 0:
             data.make_tokenizer(self.work, vocab_size=c["vocab"], num_docs=600,
                                 split_digits=c["split_digits"])
@@ -172,11 +196,17 @@ class Replication:
         ntok = data.write_plain_prefix(self.w(f"{name}.jsonl"), self.w(f"{name}_plain"),
                                        self.spm)
         print(f"{name} data: {n_docs} documents, {ntok} tokens", flush=True)
+        return self._base_train(j, ckpt, iters, self.w(load) if load else None, finetune=True)
+
+    def _base_train(self, j: int, ckpt: str, iters: int, load: str | None, *,
+                    finetune: bool) -> dict:
+        c, name = self.c, "base" if j == 0 else f"base_more{j}"
         return run.train(name, run.train_argv(
             c, self.spm, self.work, seq=self.L0, target=2 * self.L0, pi=1.0, mb=c["base_mb"],
             gbs=2 * c["base_mb"], iters=iters, lr=c["base_lr"],
-            data_prefix=self.w(f"{name}_plain"), save=self.w(ckpt),
-            load=self.w(load) if load else None, seed=1234 + j, replay=True), self.work)
+            data_prefix=self.w(f"{name}_plain"), save=self.w(ckpt), load=load,
+            seed=1234 + j, replay=True, save_interval=min(iters, BASE_SAVE_EVERY),
+            finetune=finetune), self.work)
 
     def ft_data(self) -> None:
         """The fine-tuning documents (each ``L - 1`` tokens, fact early, recall at the end),
@@ -192,7 +222,7 @@ class Replication:
                         max_tokens=self.L + 64, seed=13, count=count, fact_span=None,
                         kinds=("fact",), probs=(1.0,))
         print(f"fine-tuning data: {n} documents of {lo}..{self.L - 1} tokens (+EOD)", flush=True)
-        wanted = c["methods"].split(",")
+        wanted = list(METHODS) if c.get("check_all") else c["methods"].split(",")
         if "a1" in wanted:  # the same documents as one stream, Megatron's P-token windows
             data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_stream"), self.spm)
         if "g1p" in wanted or "g1n" in wanted:
@@ -227,6 +257,8 @@ class Replication:
         # which other methods this invocation runs does not change this one's run
         sig = {"c": {k: v for k, v in c.items() if k != "methods"}, "m": m, "seed": seed,
                "terminal": terminal, "w": w, "s": s}
+        if m == "e":  # not the old two-piece (e): PoSE's own law
+            sig["law"] = pose.LAW
         if (entry := self.reuse(done, sig, tag)) is not None:
             return entry
         t0 = time.time()
@@ -234,33 +266,10 @@ class Replication:
         shutil.rmtree(ckpt, ignore_errors=True)
         ft_seed = 1000 + seed
         docs = c["ft_docs"]
-        if m in ("b", "h"):
-            kw = dict(seq=self.L, target=2 * self.L, mb=1, data_prefix=self.w("ft_plain"),
-                      replay=True, eod_mask=True)  # the EOD padding is not trained
-            if m == "h":  # the tokens per step of the methods that train on P tokens
-                docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
-        elif m in controls.PLAIN_STREAM:  # contiguous P-token windows of a document stream
-            kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2), replay=True,
-                      data_prefix=self.w("ft_stream" if m == "a1" else "g1_plain"))
-        else:
-            from megatron_endprompt.cli import preprocess
-            from megatron_endprompt.data.sidecar import sidecar_path
-
-            prefix = self.w(f"ft_{tag}")
-            lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
-            flags = controls.layout_flags(m, **lay) if m in ("d0", "g1p") else \
-                run.layout_flags(m, **lay)
-            run.tool(preprocess.main, [
-                "--input", self.w("g1.jsonl" if m == "g1p" else "ft.jsonl"),
-                "--output-prefix", prefix,
-                "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", self.spm,
-                "--seq-length", str(self.P), "--target-length", str(self.L), "--append-eod",
-                "--workers", "1", "--no-progress", "--seed", str(ft_seed),
-                *flags])
-            if m == "d0":  # (d)'s own samples (same seed), positions made contiguous
-                controls.make_contiguous(sidecar_path(prefix))
-            kw = dict(seq=self.P, target=self.L, mb=max(1, c["ft_docs"] // 2),
-                      data_prefix=prefix)
+        if m == "h":  # the tokens per step of the methods that train on P tokens
+            docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
+        kw = layouts.build(self, m, tag, seed, terminal=terminal, w=w)
+        print("  layout " + layouts.check(m, kw, c, terminal=terminal, w=w), flush=True)
         entry = {"name": METHODS[m], "sig": sig, "seed": seed,
                  "tokens_per_step": docs * kw["seq"],
                  "samples_per_step": docs, "steps": c["ft_iters"]}
@@ -338,6 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     results["base"] = {"train": rep.base()}
     timings["base_s"] = time.time() - t0
     rep.ft_data()
+    if c.get("check_all"):  # --smoke: every method's data has its layout (one is trained)
+        t0 = time.time()
+        results["layouts"] = {m: layouts.check(m, layouts.build(
+            rep, m, f"check_{m}", 0, terminal=c["terminal"], w=c["w"]), c,
+            terminal=c["terminal"], w=c["w"]) for m in METHODS if m != "a"}
+        print("\n".join(f"  layout {v}" for v in results["layouts"].values()), flush=True)
+        timings["layouts_s"] = time.time() - t0
     t0 = time.time()
     results["base"]["eval"] = rep.export_eval(rep.base_ckpt, "base_s1", target=None,
                                               pi=None, cache=True)

@@ -10,7 +10,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Mini-replication of EndPrompt's claim on a CPU.")
     p.add_argument("--smoke", action="store_true", help="CI form: tiniest sizes, few iterations")
     p.add_argument("--methods", default=None, help="comma list of a..h, d0, a1, g1p, g1n "
-                                                   "(default: all; --smoke: a,c,d0,g1p)")
+                                                   "(default: all; --smoke: f, every layout checked)")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per method")
     p.add_argument("--sweep", action="store_true",
                    help="also sweep b, w and s on the best placement (seed 0): second table")

@@ -18,6 +18,7 @@ import resource
 import statistics
 import time
 
+import replication_pose as pose
 import replication_stats as stats
 
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
@@ -88,7 +89,9 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
                gbs: int, iters: int, lr: float, data_prefix: str, save: str,
                load: str | None, seed: int, save_interval: int | None = None,
                replay: bool = False, warmup: int | None = None,
-               eod_mask: bool = False) -> list[str]:
+               eod_mask: bool = False, finetune: bool = True) -> list[str]:
+    """``pretrain``'s argv. ``load`` with ``finetune``: start from its weights (fresh schedule);
+    without: continue that run (its iteration, schedule, optimizer and data position)."""
     warm = warmup or max(1, min(20, iters // 10))
     argv = [
         *model_flags(c), "--seq-length", str(seq), "--max-position-embeddings", str(seq),
@@ -110,7 +113,7 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
     if eod_mask:  # EOD-padded documents (full-length fine-tuning): the padding is not trained
         argv += ["--eod-mask-loss"]
     if load:
-        argv += ["--load", load, "--finetune"]
+        argv += ["--load", load, *(["--finetune"] if finetune else [])]
     return argv
 
 
@@ -120,8 +123,7 @@ def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> li
             "--terminal-loss-weight", f"{w:g}"]
     return {"c": ["--placement", "fixed", *tail],
             "d": ["--placement", "random", *tail],
-            "e": ["--placement", "random", "--pose-chunks", "2", "--terminal-source",
-                  "continuation", "--terminal-length", "1", "--terminal-loss-weight", "1"],
+            "e": list(pose.PREPROCESS_FLAGS),  # then rewritten: replication_pose.py
             "f": ["--placement", "random", "--pose-chunks", "2", *tail],
             "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
                   "ep1-3",  # the committed (g) results used the mixture, the old default

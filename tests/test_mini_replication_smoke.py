@@ -32,8 +32,9 @@ def test_method_layouts_are_the_documented_ones():
     assert fixed[:2] == ["--placement", "fixed"] and "document-tail" in fixed
     assert run.layout_flags("d", **kw)[:2] == ["--placement", "random"]
     pose = run.layout_flags("e", **{**kw, "w": 0.5})  # PoSE: no anchored tail, uniform weight
-    assert "continuation" in pose and pose[pose.index("--terminal-length") + 1] == "1"
+    assert pose[pose.index("--terminal-length") + 1] == "1"  # rewritten: test_replication_pose
     assert pose[pose.index("--terminal-loss-weight") + 1] == "1"
+    assert pose[pose.index("--pose-chunks") + 1] == "2"
     et = run.layout_flags("f", **{**kw, "w": 0.5})
     assert et[et.index("--pose-chunks") + 1] == "2" and "document-tail" in et
     assert et[et.index("--terminal-loss-weight") + 1] == "0.5"
@@ -149,25 +150,26 @@ def test_smoke_run_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     cfg = res["config"]
-    assert set(res["methods"]) == {"a", "c", "d0", "g1p"} and cfg["ratio"] == 3  # s = 384/128
-    for m in ("d0", "g1p"):  # the controls of issue 24 train and are evaluated
-        e = res["methods"][m]["seeds"]["0"]
-        assert e["losses"] and res["summary"][m]["passkey"]["384"]["n"] > 0
-    assert res["summary"]["c"]["niah_multikey_2"]["384"]["n"] == cfg["samples"]  # held-out
+    assert set(res["methods"]) == {"f"} and cfg["ratio"] == 3  # s = 384/128
+    # every method's training data was built and has its layout; one trains end to end
+    assert set(res["layouts"]) == set(mini.METHODS) - {"a"}
+    assert "0 jumped" in res["layouts"]["d0"] and "N=2" in res["layouts"]["e"]
+    assert res["summary"]["f"]["niah_multikey_2"]["384"]["n"] == cfg["samples"]  # held-out
     assert "MK2 (held-out) 384" in (tmp_path / "result.md").read_text()
     assert res["base"]["train"]["step_ms"] > 0
-    c = res["methods"]["c"]["seeds"]["0"]
-    assert c["tokens_trained"] == cfg["ft_iters"] * cfg["ft_docs"] * cfg["P"]
-    assert c["step_ms"] > 0 and c["peak_rss_mib"] > 100 and c["losses"]
-    for m in ("a", "c"):
+    f = res["methods"]["f"]["seeds"]["0"]
+    assert f["tokens_trained"] == cfg["ft_iters"] * cfg["ft_docs"] * cfg["P"]
+    assert f["step_ms"] > 0 and f["peak_rss_mib"] > 100 and f["losses"]
+    for m in ("base", "f"):
         cell = res["summary"][m]["niah_single_1"]["384"]
         assert cell["n"] == cfg["samples"] and 0.0 <= cell["mean"] <= 1.0
         assert cell["shown"][0] <= cell["mean"] <= cell["shown"][1]
         assert res["summary"][m]["ppl"]["384"]["mean"] > 1.0
-    hf_cfg = json.loads((tmp_path / "work" / "hf_c_seed0" / "config.json").read_text())
+        assert res["summary"][m]["passkey"]["384"]["n"] > 0
+    hf_cfg = json.loads((tmp_path / "work" / "hf_f_seed0" / "config.json").read_text())
     assert hf_cfg["max_position_embeddings"] == cfg["L"]
     table = (tmp_path / "result.md").read_text()
-    assert "| (c) EndPrompt fixed |" in table and "| base, s=1 (no PI) |" in table
+    assert "| (f) ET(PoSE) |" in table and "| base, s=1 (no PI) |" in table
     assert (tmp_path / "result.png").stat().st_size > 1000
 
 
@@ -240,3 +242,51 @@ def test_held_out_columns_are_marked(tmp_path):
                           "base": stats.summarize({"-": cell}, tasks)}
     head = report.main_table(results).splitlines()[0]
     assert "NIAH (in-dist.) 640" in head and "MQ (held-out) 640" in head
+
+
+def test_a_method_whose_data_has_another_layout_is_refused(run_tool, spm_args, tmp_path):
+    """The layout check the smoke form runs on every method: (c) with (d)'s random terminals,
+    or (d0) with its jumps left in, is one error line naming the method."""
+    from conftest import SPM_B, SPM_L, SPM_P
+
+    import replication_layouts as layouts
+    from megatron_endprompt.cli import preprocess as preprocess_cli
+
+    c = {"L": SPM_L, "P": SPM_P, "prompt_w": 0.1}
+    lay = dict(terminal=SPM_B, w=1.0)
+    for m, flags_of in (("c", "c"), ("d", "d"), ("c", "d"), ("d0", "d0")):
+        prefix = str(tmp_path / f"{m}_{flags_of}")
+        flags = (controls.layout_flags if flags_of == "d0" else run.layout_flags)(
+            flags_of, prompt_w=0.1, **lay)
+        rc, _, err = run_tool(preprocess_cli.main, spm_args(prefix, *flags))
+        assert rc == 0, err
+        kw = {"data_prefix": prefix}
+        if m == flags_of != "d0":
+            assert f"({m}) document-tail" in layouts.check(m, kw, c, **lay)
+            continue
+        with pytest.raises(SystemExit) as exc:  # d0 before make_contiguous: still (d)'s jumps
+            layouts.check(m, kw, c, **lay)
+        assert str(exc.value).startswith(f"error: method ({m}): ") and "\n" not in str(exc.value)
+
+
+def test_an_interrupted_base_stage_continues_from_its_last_save(tmp_path, monkeypatch):
+    """--resume: a pretraining stage saved part-way under the same configuration is continued
+    (--load of its own checkpoint, no --finetune); under another configuration it restarts."""
+    argvs = []
+    monkeypatch.setattr(run, "train", lambda name, argv, work: argvs.append(argv) or {})
+
+    def fresh(*a, **k):
+        raise RuntimeError("started over")
+    monkeypatch.setattr(data, "make_tokenizer", fresh)
+    rep = mini.Replication(dict(mini.SIZES["smoke"]), str(tmp_path), resume=True)
+    key = {"base_iters": 2}
+    (tmp_path / "ckpt_base").mkdir()
+    (tmp_path / "ckpt_base" / "latest_checkpointed_iteration.txt").write_text("1")
+    (tmp_path / "ckpt_base.partial.json").write_text(json.dumps(key))
+    rep._base_stage(0, "ckpt_base", 2, None, key)
+    argv = argvs[-1]
+    assert argv[argv.index("--load") + 1] == str(tmp_path / "ckpt_base")
+    assert "--finetune" not in argv and argv[argv.index("--save-interval") + 1] == "2"
+    with pytest.raises(RuntimeError, match="started over"):
+        rep._base_stage(0, "ckpt_base", 2, None, {"base_iters": 3})
+    assert not (tmp_path / "ckpt_base").exists()

@@ -1,0 +1,118 @@
+"""The training data of each mini-replication method, and the check that it has that method's
+layout (every run checks its own data before training; ``--smoke`` checks every method's).
+
+:func:`build` writes a method's data through the product's preprocessing (plus the benchmark's
+sidecar rewrites for (d0) and (e)) and returns the ``train_argv`` keywords that train on it;
+:func:`check` reads it back -- the sidecar verified as the trainer does, every record one that
+``make_record`` can draw, every position below ``L`` -- and refuses, as one ``error:`` line, data
+that is not the method's layout: (c)/(g)/(g1p) terminals at ``L - b``, (d)/(f) terminals drawn
+in ``[a, L - b]``, (d0) with no jump, (e) PoSE's first chunk ``<= ceil(P/2)`` and its text skip,
+(f) PoSE pieces inside an EndPrompt sample, prompt sets and loss weights, and the plain data
+of (b)/(h) (one ``L``-token document per sequence) and (a1)/(g1n) (no sidecar).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import replication_controls as controls
+import replication_pose as pose
+import replication_run as run
+
+#: Methods trained on plain Megatron data (contiguous positions, no sidecar).
+PLAIN = ("b", "h", *controls.PLAIN_STREAM)
+
+
+def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
+    """Write method ``m``'s training data for fine-tuning seed ``seed``; returns the
+    ``train_argv`` keywords (``seq``, ``target``, ``mb``, ``data_prefix``, ...)."""
+    c = rep.c
+    if m in ("b", "h"):
+        return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.w("ft_plain"),
+                    replay=True, eod_mask=True)  # the EOD padding is not trained
+    if m in controls.PLAIN_STREAM:  # contiguous P-token windows of a document stream
+        return dict(seq=rep.P, target=rep.L, mb=max(1, c["ft_docs"] // 2), replay=True,
+                    data_prefix=rep.w("ft_stream" if m == "a1" else "g1_plain"))
+    from megatron_endprompt.cli import preprocess
+    from megatron_endprompt.data.sidecar import sidecar_path
+
+    prefix = rep.w(f"ft_{tag}")
+    lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
+    flags = controls.layout_flags(m, **lay) if m in ("d0", "g1p") else run.layout_flags(m, **lay)
+    run.tool(preprocess.main, [
+        "--input", rep.w("g1.jsonl" if m == "g1p" else "ft.jsonl"), "--output-prefix", prefix,
+        "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", rep.spm,
+        "--seq-length", str(rep.P), "--target-length", str(rep.L), "--append-eod",
+        "--workers", "1", "--no-progress", "--seed", str(1000 + seed), *flags])
+    if m == "d0":  # (d)'s own samples (same seed), positions made contiguous
+        controls.make_contiguous(sidecar_path(prefix))
+    elif m == "e":  # the same documents, one PoSE sample each (PoSE's own law)
+        pose.write_pose_sidecar(prefix, seed=1000 + seed)
+    return dict(seq=rep.P, target=rep.L, mb=max(1, c["ft_docs"] // 2), data_prefix=prefix)
+
+
+def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
+    """Refuse data that is not method ``m``'s layout (one ``error:`` line); returns a summary."""
+    from megatron_endprompt.data.indexed_io import IndexReader
+    from megatron_endprompt.data.prompts import PROMPT_SETS
+    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.sidecar_checks import check_records
+    from megatron_endprompt.layout import positions_from_record
+
+    prefix, L, P = kw["data_prefix"], c["L"], c["P"]
+
+    def need(ok, why: str) -> None:
+        if not ok:
+            raise SystemExit(f"error: method ({m}): {prefix}: {why}; its layout is broken "
+                             "(benchmarks/replication_layouts.py)")
+    if m in PLAIN:
+        need(not os.path.exists(sidecar_path(prefix)), "plain data has a sidecar")
+        lengths = np.asarray(IndexReader(prefix + ".idx").sequence_lengths)
+        need(len(lengths) > 0, "no document")
+        if m in ("b", "h"):
+            need(np.all(lengths == L), f"full-length documents are not padded to L = {L}")
+        return f"({m}) plain: {len(lengths)} sequences"
+    sc = read_sidecar(sidecar_path(prefix), prefix=prefix)  # verified as the trainer does
+    h, lay = sc.header, sc.layout
+    rec = np.asarray(sc.records, dtype=np.int64)
+    need((lay.seq_length, lay.target_length) == (P, L), f"P, L = {lay.seq_length}, "
+         f"{lay.target_length}, not {P}, {L}")
+    bad = check_records(rec.astype(np.int32), lay, h.terminal_length,
+                        contiguous_ok=h.terminal_source == "document-tail")
+    need(bad is None, f"impossible record {bad}")
+    top = max(int(positions_from_record(r, P).max()) for r in rec)
+    need(top <= L - 1, f"a position {top} >= L")
+    a, T = rec[:, 0], rec[:, 1]
+    jumped = T > a
+    prompt = h.terminal_source == "prompt"
+    want = {"c": ("document-tail", "fixed", 1), "d": ("document-tail", "random", 1),
+            "d0": ("document-tail", "random", 1), "e": ("document-tail", "random", 2),
+            "f": ("document-tail", "random", 2), "g": ("prompt", "fixed", 1),
+            "g1p": ("prompt", "fixed", 1)}[m]
+    need((h.terminal_source, lay.placement, lay.pose_chunks) == want,
+         f"source/placement/pieces {h.terminal_source}/{lay.placement}/{lay.pose_chunks}, "
+         f"not {'/'.join(map(str, want))}")
+    weight = c["prompt_w"] if prompt else (1.0 if m == "e" else w)
+    need(lay.terminal_loss_weight == weight and lay.context_loss_weight == 1.0,
+         f"loss weights {lay.terminal_loss_weight}/{lay.context_loss_weight}, not {weight}/1")
+    if prompt:
+        names = PROMPT_SETS["ep1" if m == "g1p" else "ep1-3"]
+        need(tuple(h.prompts) == tuple(names), f"prompts {h.prompts}, not {list(names)}")
+    else:
+        need(h.terminal_length == (1 if m == "e" else terminal),
+             f"terminal length {h.terminal_length}")
+    if m in ("c", "g", "g1p"):
+        need(jumped.any() and np.all(T[jumped] == L - (P - a[jumped])),
+             "terminals not at L - b")
+    if m in ("d", "f"):
+        need(jumped.any() and np.any(T[jumped] < L - (P - a[jumped])), "no random terminal")
+    if m == "d0":
+        need(not jumped.any(), "a position jump")
+    if m == "e":
+        need(np.all(rec[:, 2] <= (P + 1) // 2), "a first chunk over ceil(P/2)")
+        stats = h.stats.get("pose", {})
+        need(stats.get("samples") == len(rec) and stats.get("text_skip_mean", 0) > 0,
+             "no text skip at the cut")
+    return (f"({m}) {h.terminal_source}/{lay.placement}/N={lay.pose_chunks}: {len(rec)} "
+            f"samples, {int(jumped.sum())} jumped, max position {top}")
