@@ -140,6 +140,31 @@ def convert(ckpt: str, hf: str, *, target: int | None, pi: float | None) -> None
                      "--overwrite", "--no-progress"])
 
 
+def held_out_lengths(hf: str, tasks: list[str], lengths: list[int]) -> dict[str, list[int]]:
+    """Per held-out RULER task, the ``lengths`` at which its prompt with the smallest haystack
+    plus its generated tokens fits (the evaluator's own check, ``ruler.check_length``, under the
+    exported tokenizer). At the toy's ``L0 = 320``, ``niah_multivalue`` (321 tokens) and
+    ``niah_multiquery`` (368) do not fit: such a cell is reported as not run, never as 0."""
+    if not tasks:
+        return {}
+    from megatron_endprompt.evaluation import ruler, ruler_sources, runner
+    from megatron_endprompt.evaluation.prompt import TextTokens
+    from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS
+
+    tokens = TextTokens(runner.load_tokenizer(hf))  # as the evaluator loads them
+    haystack = ruler_sources.load_haystack(None) if set(tasks) & set(ESSAY_TASKS) else None
+    out: dict[str, list[int]] = {}
+    for t in tasks:
+        out[t] = []
+        for n in lengths:
+            try:
+                ruler.check_length(t, tokens, length=n, seed=42, haystack=haystack)
+            except ValueError:
+                continue
+            out[t].append(n)
+    return out
+
+
 def evaluate(hf: str, out_prefix: str, c: dict, ppl_data: str) -> dict:
     """RULER ``niah_single_1`` (``samples`` prompts per length) + per-document PPL, then
     landmark passkey (``samples / 5`` prompts x 5 depths per length), with the project's
@@ -158,9 +183,13 @@ def evaluate(hf: str, out_prefix: str, c: dict, ppl_data: str) -> dict:
     tool(ev.main, [*common, "--tasks", "passkey", "--depths", depths, "--samples",
                    str(per_depth), "--output", out_prefix + "_passkey.json"], quiet=True)
     held = [t for t in HELD_OUT_TASKS if t in str(c.get("held_out", "")).split(",")]
-    if held:
-        tool(ev.main, [*common, "--tasks", ",".join(held), "--samples", str(c["samples"]),
-                       "--output", out_prefix + "_held.json"], quiet=True)
+    fits = held_out_lengths(hf, held, [int(n) for n in c["lengths"].split(",")])
+    for t in held:  # each task at the lengths its smallest prompt fits (the rest: not run)
+        if fits[t]:
+            argv = [*common, "--tasks", t, "--samples", str(c["samples"]),
+                    "--output", f"{out_prefix}_held_{t}.json"]
+            argv[argv.index("--lengths") + 1] = ",".join(map(str, fits[t]))
+            tool(ev.main, argv, quiet=True)
     with open(out_prefix + "_niah.json", encoding="utf-8") as f:
         niah = json.load(f)
     with open(out_prefix + "_passkey.json", encoding="utf-8") as f:
@@ -170,10 +199,14 @@ def evaluate(hf: str, out_prefix: str, c: dict, ppl_data: str) -> dict:
     out = {"counts": {"niah_single_1": stats.counts(niah, "niah_single_1"),
                       "passkey": stats.counts(pk, "passkey")},
            "ppl": ppl, "eval_s": round(time.time() - t0, 1)}
-    if held:
-        with open(out_prefix + "_held.json", encoding="utf-8") as f:
-            ho = json.load(f)
-        out["counts"].update({t: stats.counts(ho, t) for t in held})
+    for t in held:
+        if fits[t]:
+            with open(f"{out_prefix}_held_{t}.json", encoding="utf-8") as f:
+                out["counts"][t] = stats.counts(json.load(f), t)
+        else:
+            out["counts"][t] = {}
+    out["not_run"] = {t: [n for n in c["lengths"].split(",") if int(n) not in fits[t]]
+                      for t in held if len(fits[t]) < len(c["lengths"].split(","))}
     line = " ".join(f"{t}@{n}={k:.0f}/{m}" for t in EVAL_TASKS
                     for n, (k, m) in out["counts"][t].items())
     print(f"  eval {os.path.basename(out_prefix)}: {line} ppl={ppl} ({out['eval_s']:.0f} s)",

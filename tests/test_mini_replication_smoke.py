@@ -290,3 +290,14 @@ def test_an_interrupted_base_stage_continues_from_its_last_save(tmp_path, monkey
     with pytest.raises(RuntimeError, match="started over"):
         rep._base_stage(0, "ckpt_base", 2, None, {"base_iters": 3})
     assert not (tmp_path / "ckpt_base").exists()
+
+
+def test_held_out_tasks_run_only_at_lengths_their_prompt_fits(llama3_tokenizer_dir):
+    """The main-table run stopped at the base row: at L0 = 320, ``niah_multivalue`` and
+    ``niah_multiquery`` need more tokens than 320. Each held-out task now runs at the lengths
+    its smallest prompt fits (the evaluator's own check); the others are reported as not run."""
+    import replication_run as run
+
+    tasks = ["niah_multikey_2", "niah_multivalue", "niah_multiquery"]
+    fits = run.held_out_lengths(llama3_tokenizer_dir, tasks, [48, 4096])
+    assert fits == {t: [4096] for t in tasks}  # 48 tokens hold no prompt; 4096 hold each
