@@ -38,14 +38,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import glob
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator
 
+from megatron_endprompt import disk
+from megatron_endprompt.disk import fsync_dir, pid_alive
 from megatron_endprompt.errors import UserError
 
 __all__ = ["SUFFIXES", "COMMIT_STEPS", "FAULT_ENV", "PrefixWriter", "check_output_prefix",
@@ -70,36 +70,11 @@ def _remove_old_idx(tmp_idx: str, idx: str) -> None:
     if os.path.exists(tmp_idx):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(idx)
-_TMP_RE = re.compile(r"\.tmp-(\d+)$")
 
 
 def _fault(step: int) -> None:
     if os.environ.get(FAULT_ENV) == str(step):
         os._exit(137)  # as SIGKILL would: no cleanup, no flush
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a process of another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
 
 
 def check_output_prefix(prefix: str, *, flag: str = "--output-prefix") -> None:
@@ -181,9 +156,9 @@ def finish_interrupted_commit(prefix: str) -> bool:
         tmp = os.path.join(directory, files[suffix])
         if os.path.exists(tmp):
             os.replace(tmp, os.path.join(directory, targets[suffix]))
-    _fsync_dir(directory)
+    fsync_dir(directory)
     os.unlink(journal)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return True
 
 
@@ -204,15 +179,8 @@ def ensure_committed(prefix: str, *, flag: str = "data prefix") -> None:
 def remove_stale_temporaries(prefix: str) -> list[str]:
     """Remove ``PREFIX.<suffix>.tmp-PID`` of processes that no longer exist (caller holds the
     lock); returns the paths removed."""
-    removed = []
-    for suffix in (*SUFFIXES, JOURNAL):
-        for path in glob.glob(glob.escape(prefix + suffix) + ".tmp-*"):
-            m = _TMP_RE.search(path)
-            if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    removed.append(path)
-    return removed
+    return [path for suffix in (*SUFFIXES, JOURNAL)
+            for path in disk.remove_stale_temporaries(prefix + suffix)]
 
 
 class PrefixWriter:
@@ -267,16 +235,16 @@ class PrefixWriter:
                 os.fsync(f.fileno())
             os.replace(tmp_journal, journal)  # the commit point
             self._journaled = True
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             _fault(2)
             _remove_old_idx(self.tmp[".idx"], self.targets[".idx"])
             _fault(3)
             for k, suffix in enumerate(_RENAME_ORDER, 4):
                 os.replace(self.tmp[suffix], self.targets[suffix])
                 _fault(k)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             os.unlink(journal)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._journaled = False
             _fault(7)
         finally:
