@@ -235,6 +235,10 @@ _CUDA_GRAPH_REASONS = {
 }
 
 
+#: ``--cuda-graph-impl`` value -> the deprecated flag Megatron's ``validate_args`` maps onto it.
+_CUDA_GRAPH_ALIASES = {"local": "--enable-cuda-graph", "transformer_engine": "--external-cuda-graph"}
+
+
 def _check_features(args: argparse.Namespace) -> None:
     """Megatron features that cannot carry EndPrompt's positions, refused before the first
     step (they raised a ``RuntimeError`` from inside it, or failed mid-run):
@@ -246,7 +250,8 @@ def _check_features(args: argparse.Namespace) -> None:
                         "combined-1F1B schedule computes RoPE outside the model's forward, "
                         "without the batch's position_ids; drop the flag")
     impl = getattr(args, "cuda_graph_impl", None) or "none"
-    flag = f"--cuda-graph-impl {impl}"
+    alias = _CUDA_GRAPH_ALIASES.get(impl)  # Megatron has mapped a deprecated flag onto impl
+    flag = f"--cuda-graph-impl {impl}" + (f" (or {alias})" if alias else "")
     if getattr(args, "enable_cuda_graph", False):  # deprecated spellings (before Megatron maps)
         impl, flag = "local", "--enable-cuda-graph"
     elif getattr(args, "external_cuda_graph", False):
@@ -257,8 +262,8 @@ def _check_features(args: argparse.Namespace) -> None:
                         "(train without CUDA graphs)")
     pattern = getattr(args, "hybrid_layer_pattern", None)
     if pattern and (getattr(args, "mtp_num_layers", None) or "/" in pattern):
-        what = (f"--mtp-num-layers {args.mtp_num_layers}" if getattr(args, "mtp_num_layers", None)
-                else "its '/' multi-token-prediction part")
+        what = ("its '/' multi-token-prediction part" if "/" in pattern  # Megatron infers
+                else f"--mtp-num-layers {args.mtp_num_layers}")  # --mtp-num-layers from '/'
         raise UserError(f"--hybrid-layer-pattern {pattern} with {what} is not supported by "
                         "EndPrompt (multi-token prediction needs GPTModel's MTP block); drop the "
                         "MTP layers, or leave out --hybrid-layer-pattern to train GPTModel with "

@@ -49,8 +49,9 @@ def test_overlap_moe_expert_parallel_comm_is_refused(megatron_args):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (("--cuda-graph-impl", "transformer_engine"), "--cuda-graph-impl transformer_engine"),
-    (("--cuda-graph-impl", "local"), "--cuda-graph-impl local"),
+    (("--cuda-graph-impl", "transformer_engine"),
+     "--cuda-graph-impl transformer_engine (or --external-cuda-graph)"),
+    (("--cuda-graph-impl", "local"), "--cuda-graph-impl local (or --enable-cuda-graph)"),
     (("--cuda-graph-impl", "full_iteration"), "--cuda-graph-impl full_iteration"),
     (("--enable-cuda-graph",), "--enable-cuda-graph"),
     (("--external-cuda-graph",), "--external-cuda-graph"),
@@ -61,6 +62,15 @@ def test_cuda_graphs_are_refused(megatron_args, flags, named):
     assert "RoPE" in msg and "drop the flag" in msg
 
 
+def test_deprecated_flag_mapped_by_megatron_is_named(megatron_args):
+    """After ``validate_args`` (what the pretrain entry runs first) ``--enable-cuda-graph`` is
+    gone and ``cuda_graph_impl`` is ``local``: the line names both spellings."""
+    args = megatron_args("--enable-cuda-graph")
+    del args.enable_cuda_graph
+    args.cuda_graph_impl = "local"
+    assert "--enable-cuda-graph" in _refusal(args)
+
+
 def test_te_graph_capture_reason_names_contiguous_positions(megatron_args):
     msg = _refusal(megatron_args("--cuda-graph-impl", "transformer_engine"))
     assert "outside the model's forward" in msg and "contiguous positions" in msg
@@ -69,6 +79,9 @@ def test_te_graph_capture_reason_names_contiguous_positions(megatron_args):
 @pytest.mark.parametrize("flags, named", [
     (("--hybrid-layer-pattern", "*-*-", "--mtp-num-layers", "1"), "--mtp-num-layers 1"),
     (("--hybrid-layer-pattern", "*-*-/*-"), "'/' multi-token-prediction part"),
+    # validate_args sets --mtp-num-layers from the '/' part: the line still names the pattern
+    (("--hybrid-layer-pattern", "*-*-/*-", "--mtp-num-layers", "1"),
+     "'/' multi-token-prediction part"),
 ])
 def test_hybrid_pattern_with_mtp_is_refused(megatron_args, flags, named):
     msg = _refusal(megatron_args(*flags))
