@@ -1,7 +1,7 @@
 """A ``HybridModel`` checkpoint saved by the real trainer (``--hybrid-layer-pattern "*-*-*-"``,
-EndPrompt data, CPU + gloo) exports to HF as the 3-layer Llama it equals: the HF model's logits
-at EndPrompt positions (a mixed-layout batch) equal the Megatron hybrid model's from the same
-checkpoint. A checkpoint whose saved pattern has a Mamba layer is refused in one line, with no
+and ``"*-*-|*-*-"`` under PP=2; EndPrompt data, CPU + gloo) exports to HF as the Llama it equals:
+the HF model's logits at EndPrompt positions (a mixed-layout batch) equal the Megatron hybrid
+model's from the same checkpoint. A checkpoint whose saved pattern has a Mamba layer is refused in one line, with no
 output written."""
 
 from __future__ import annotations
@@ -18,36 +18,49 @@ from motif_data import write_motif_prefix
 
 pytestmark = pytest.mark.slow
 
-P, L, VOCAB, PATTERN = 64, 512, 1000, "*-*-*-"
+P, L, VOCAB = 64, 512, 1000
 MODEL = ["--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
          "--group-query-attention", "--num-query-groups", "2", "--position-embedding-type",
          "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
          "--untie-embeddings-and-output-weights", "--attention-dropout", "0",
          "--hidden-dropout", "0", "--seq-length", str(P), "--max-position-embeddings", str(P),
-         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB),
-         "--hybrid-layer-pattern", PATTERN]
+         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB)]
 
 
 @pytest.fixture(scope="module")
-def hybrid_ckpt(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hybrid")
-    os.makedirs(tmp / "data")
-    prefix = write_motif_prefix(str(tmp / "data"), seq_length=P, target_length=L, vocab=VOCAB,
-                                placement="random", pose_chunks=2, terminal_loss_weight=0.3)
+def data_prefix(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hybrid_data")
+    return write_motif_prefix(str(tmp), seq_length=P, target_length=L, vocab=VOCAB,
+                              placement="random", pose_chunks=2, terminal_loss_weight=0.3)
+
+
+def _train(tmp, prefix, pattern, pp):
+    os.makedirs(tmp, exist_ok=True)
     save = str(tmp / "ckpt")
     rc, log = run_pretrain(
-        [*MODEL, "--data-path", prefix, "--split", "90,5,5", "--data-cache-path",
+        [*MODEL, "--hybrid-layer-pattern", pattern, "--pipeline-model-parallel-size", str(pp),
+         "--data-path", prefix, "--split", "90,5,5", "--data-cache-path",
          str(tmp / "cache"), "--endprompt-target-length", str(L), "--micro-batch-size", "2",
          "--global-batch-size", "4", "--lr", "3e-3", "--min-lr", "3e-3", "--lr-decay-style",
          "constant", "--seed", "1234", "--calculate-per-token-loss", "--log-interval", "1",
          "--eval-iters", "0", "--eval-interval", "1000", "--num-workers", "0",
          "--ckpt-format", "torch_dist", "--train-iters", "2", "--save", save,
-         "--save-interval", "2"], log_path=str(tmp / "train.log"), nproc=1)
+         "--save-interval", "2"], log_path=str(tmp / "train.log"), nproc=pp)
     assert rc == 0, log[-3000:]
     return save
 
 
-def _megatron_logits(ckpt_path, input_ids, position_ids, pi_factor):
+@pytest.fixture(scope="module")
+def hybrid_ckpt(tmp_path_factory, data_prefix):
+    return _train(tmp_path_factory.mktemp("hybrid"), data_prefix, "*-*-*-", 1)
+
+
+@pytest.fixture(scope="module")
+def hybrid_ckpt_pp2(tmp_path_factory, data_prefix):
+    return _train(tmp_path_factory.mktemp("hybrid_pp2"), data_prefix, "*-*-|*-*-", 2)
+
+
+def _megatron_logits(ckpt_path, input_ids, position_ids, pi_factor, pattern):
     from conversion_helpers import cpu_forward_patches
 
     from megatron_endprompt.conversion.megatron_ckpt import (
@@ -61,7 +74,7 @@ def _megatron_logits(ckpt_path, input_ids, position_ids, pi_factor):
     ckpt = find_checkpoint(ckpt_path)
     with single_process_group(), cpu_forward_patches():
         args = load_common_state(ckpt)["args"]
-        assert args.hybrid_layer_pattern == PATTERN
+        assert args.hybrid_layer_pattern == pattern
         model = build_hybrid_model(args, pi_factor=pi_factor).eval()
         load_model_weights(model, ckpt)
         S = input_ids.shape[1]
@@ -70,25 +83,29 @@ def _megatron_logits(ckpt_path, input_ids, position_ids, pi_factor):
             return model(input_ids, position_ids, mask).float()
 
 
-def test_hybrid_checkpoint_exports_as_llama(hybrid_ckpt, tmp_path, run_tool):
+@pytest.mark.parametrize("ckpt_fixture, pattern, layers", [
+    ("hybrid_ckpt", "*-*-*-", 3), ("hybrid_ckpt_pp2", "*-*-|*-*-", 4)])
+def test_hybrid_checkpoint_exports_as_llama(ckpt_fixture, pattern, layers, request, tmp_path,
+                                            run_tool):
     from megatron_endprompt.cli.convert import main
 
+    ckpt = request.getfixturevalue(ckpt_fixture)
     out = str(tmp_path / "hf")
-    rc, stdout, err = run_tool(main, ["megatron-to-hf", "--checkpoint", hybrid_ckpt,
+    rc, stdout, err = run_tool(main, ["megatron-to-hf", "--checkpoint", ckpt,
                                       "--output", out, "--no-progress"])
     assert rc == 0, err
     cfg = read_config(out)
-    assert cfg["num_hidden_layers"] == 3 and cfg["max_position_embeddings"] == L
+    assert cfg["num_hidden_layers"] == layers and cfg["max_position_embeddings"] == L
     assert cfg["rope_parameters"]["factor"] == 8.0 and cfg["vocab_size"] == VOCAB
     hf = hf_model(out)
     # two rows with different EndPrompt layouts in one batch ([S, B, 1, D] RoPE in Megatron)
     ids = torch.randint(0, VOCAB, (2, P), generator=torch.Generator().manual_seed(3))
     pos = torch.cat((endprompt_positions(P, 50, L), endprompt_positions(P, 20, 300)))
-    mg = _megatron_logits(hybrid_ckpt, ids, pos, 8.0)
+    mg = _megatron_logits(ckpt, ids, pos, 8.0, pattern)
     with torch.no_grad():
         ref = hf(input_ids=ids, position_ids=pos).logits
     diff = (mg[..., :VOCAB] - ref).abs().max().item()
-    print(f"hybrid {PATTERN} checkpoint: max |logit diff| HF vs Megatron = {diff:.3e}")
+    print(f"hybrid {pattern} checkpoint: max |logit diff| HF vs Megatron = {diff:.3e}")
     assert diff <= 1e-4
     assert ref.abs().max().item() > 0.1  # not a trivially small output
 
