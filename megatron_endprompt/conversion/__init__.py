@@ -8,6 +8,8 @@
 * :mod:`.hf_config` — ``config.json`` <-> Megatron arguments (RoPE base, EndPrompt ``L``/``s``,
   linear or YaRN scaling);
 * :mod:`.hf_io` — streaming safetensors reader, sharded writer with index;
+* :mod:`.hybrid_layers` — a Llama-style ``HybridModel`` checkpoint's keys <-> the equal GPT
+  model's (both directions);
 * :mod:`.megatron_ckpt` — writing/finding/reading ``torch_dist`` checkpoints on one CPU process;
 * :mod:`.tokenizer` — the exported tokenizer in HF form (SentencePiece models converted, a
   tokenizer_config.json transformers 4.x and 5.x both load);

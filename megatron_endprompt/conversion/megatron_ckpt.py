@@ -30,10 +30,12 @@ from torch import Tensor
 
 from megatron_endprompt.checkpoint_dir import TRACKER_FILE, resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.model import EndPromptHybridModel
 
 __all__ = [
     "TRACKER_FILE",
     "build_gpt_model",
+    "build_hybrid_model",
     "find_checkpoint",
     "load_common_state",
     "load_model_weights",
@@ -64,17 +66,15 @@ def single_process_group() -> Iterator[None]:
         yield
 
 
-def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False,
-                    initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
-    """A TP=1, PP=1 GPT model (stock ``GPTModel`` unless ``cls``) on the CPU for a Megatron-LM
-    argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm`` included),
-    parameters in ``args.params_dtype``, left uninitialised unless ``initialize``. Needs :func:`single_process_group`."""
+def _config_and_spec(args: Any, *, te_spec: bool, initialize: bool) -> tuple[Any, Any]:
+    """The CPU ``TransformerConfig`` and the GPT layer spec (local unless ``te_spec``) of a
+    Megatron-LM argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm``
+    included)."""
     import torch.nn.functional as F
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
     )
-    from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     heads = args.num_attention_heads
@@ -95,15 +95,44 @@ def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False
     )
     spec = (get_gpt_layer_with_transformer_engine_spec(qk_layernorm=qk_norm) if te_spec
             else get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=qk_norm))
-    return (cls or GPTModel)(
-        config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
-        max_sequence_length=args.max_position_embeddings, position_embedding_type="rope",
-        rotary_base=int(args.rotary_base), rotary_percent=1.0,
+    return config, spec
+
+
+def _model_kwargs(args: Any) -> dict[str, Any]:
+    """The keywords ``GPTModel`` and ``EndPromptHybridModel`` share."""
+    return dict(
+        vocab_size=args.padded_vocab_size, max_sequence_length=args.max_position_embeddings,
+        position_embedding_type="rope", rotary_base=int(args.rotary_base), rotary_percent=1.0,
         rope_scaling=bool(getattr(args, "use_rope_scaling", False)),
         rope_scaling_factor=float(getattr(args, "rope_scaling_factor", 8.0)),
-        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
-        **kwargs,
-    )
+        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights)
+
+
+def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False,
+                    initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
+    """A TP=1, PP=1 GPT model (stock ``GPTModel`` unless ``cls``) on the CPU for a Megatron-LM
+    argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm`` included),
+    parameters in ``args.params_dtype``, left uninitialised unless ``initialize``. Needs :func:`single_process_group`."""
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    config, spec = _config_and_spec(args, te_spec=te_spec, initialize=initialize)
+    return (cls or GPTModel)(config=config, transformer_layer_spec=spec,
+                             **_model_kwargs(args), **kwargs)
+
+
+def build_hybrid_model(args: Any, *, cls: type | None = None, te_spec: bool = False,
+                       initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
+    """A TP=1, PP=1 ``HybridModel`` of ``args.hybrid_layer_pattern`` over the layer spec
+    :func:`build_gpt_model` uses (Llama-style patterns:
+    :mod:`megatron_endprompt.model.hybrid_spec`), as :class:`~megatron_endprompt.model.EndPromptHybridModel` unless ``cls`` (stock
+    ``HybridModel`` takes no Llama-3.1 ``rope_scaling``); a pattern's ``|`` pipeline splits
+    are dropped (one stage holds every layer). Needs :func:`single_process_group`."""
+    config, spec = _config_and_spec(args, te_spec=te_spec, initialize=initialize)
+    return (cls or EndPromptHybridModel)(config=config, hybrid_stack_spec=spec,
+                                         # PP=1: all stages' layers ('|' splits dropped)
+                                         hybrid_layer_pattern=args.hybrid_layer_pattern.replace(
+                                             "|", ""),
+                                         **_model_kwargs(args), **kwargs)
 
 
 def save_release_checkpoint(model: torch.nn.Module, args: Any, out_dir: str) -> str:

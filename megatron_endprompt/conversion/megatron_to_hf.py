@@ -8,6 +8,9 @@ and streamed into shards. Peak memory: the largest stacked weight (``linear_fc1`
 under half of a Llama model) plus one output shard (2 GiB by default).
 The architecture comes from the checkpoint's saved ``args``; ``L`` and ``s`` default to the
 EndPrompt flags the training run recorded (``endprompt_target_length``, ``endprompt_pi_factor``).
+A Llama-style ``HybridModel`` checkpoint (``--hybrid-layer-pattern "*-" * n``) exports as the
+``n``-layer GPT model it equals (:class:`~.hybrid_layers.HybridLayers`: its per-layer tensors
+read by GPT layer); other hybrid patterns are refused.
 
 Vocabulary un-padding: the real vocabulary size is, in order, the HF config recorded by
 ``hf-to-megatron`` (untrained conversions), the size of the tokenizer Megatron built from the
@@ -17,15 +20,18 @@ of the ``--tokenizer`` exported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from megatron_endprompt.compat import build_megatron_tokenizer
 from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
 from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
-from megatron_endprompt.conversion.mapping import Dims, expand, mappings_for
+from megatron_endprompt.conversion.hybrid_layers import HybridLayers
+from megatron_endprompt.conversion.mapping import Dims, WeightMapping, expand, mappings_for
 from megatron_endprompt.conversion.megatron_ckpt import (
     find_checkpoint,
     load_common_state,
@@ -100,6 +106,21 @@ def _training_eod(args: Any, tokenizer: Any) -> int | None:
         return None
 
 
+def _reads(work: list[tuple[WeightMapping, int | None]], dims: Dims,
+           hybrid: HybridLayers | None
+           ) -> Iterator[tuple[str, bool, list[tuple[WeightMapping, int | None]]]]:
+    """``(checkpoint key, stacked, [(mapping, layer)])`` per tensor to read: a GPT
+    checkpoint's layer-stacked tensor once for all its layers (``stacked``: index it by layer),
+    a hybrid checkpoint's tensors one per layer (:meth:`HybridLayers.checkpoint_key`)."""
+    if hybrid is not None:
+        for mapping, layer in work:
+            yield hybrid.checkpoint_key(mapping.checkpoint_key(), layer), False, [(mapping, layer)]
+        return
+    for mapping in dict.fromkeys(m for m, _ in work):
+        rows = range(dims.num_layers) if mapping.per_layer else [None]
+        yield mapping.checkpoint_key(), mapping.per_layer, [(mapping, layer) for layer in rows]
+
+
 def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
     """Run the export; returns a summary."""
     from tqdm import tqdm
@@ -112,7 +133,10 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
         if args is None:
             raise UserError(f"{ckpt}: no saved args in the checkpoint; the architecture is "
                             "unknown")
+        hybrid = HybridLayers.from_args(args)  # None for GPTModel; other patterns refused
         spec = spec_from_megatron_args(args)
+        if hybrid is not None:  # saved num_layers counts the hybrid layers (2 per GPT layer)
+            spec = dataclasses.replace(spec, num_layers=hybrid.num_layers)
         L, s, L0 = resolve_window(args, spec.max_position_embeddings, opts.target_length,
                                   opts.pi_factor)
         meta = tensor_metadata(ckpt)
@@ -145,10 +169,10 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             dims = Dims(**{**spec.shape_fields(), "vocab_size": vocab},
                         padded_vocab_size=padded)
             work = list(expand(mappings_for(dims), dims))
-            for mapping, layer in work:  # validate everything before reading tensors
-                key = mapping.checkpoint_key()
-                want = mapping.megatron_shape(dims)
-                if mapping.per_layer:
+            reads = list(_reads(work, dims, hybrid))
+            for key, stacked, parts in reads:  # validate everything before reading tensors
+                want = parts[0][0].megatron_shape(dims)
+                if stacked:
                     want = (dims.num_layers, *want)
                 if key not in meta:
                     raise UserError(f"{ckpt}: tensor {key} is missing")
@@ -159,12 +183,11 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             writer = ShardedSafetensorsWriter(tmp, max_shard_bytes=opts.max_shard_bytes)
             bar = tqdm(total=len(work), desc="megatron-to-hf", unit="tensor",
                        disable=not opts.progress)
-            for mapping in dict.fromkeys(m for m, _ in work):  # one stacked tensor at a time
-                key = mapping.checkpoint_key()
+            for key, stacked, parts in reads:  # one (stacked) tensor at a time
                 tensor = read_tensor(ckpt, key, meta[key])
                 check_finite(tensor, f"{ckpt}: tensor {key}")
-                for layer in (range(dims.num_layers) if mapping.per_layer else [None]):
-                    part = tensor if layer is None else tensor[layer]
+                for mapping, layer in parts:
+                    part = tensor[layer] if stacked else tensor
                     writer.add_all(zip(mapping.hf_names(layer=layer), mapping.to_hf(part, dims)))
                     bar.update()
                 del tensor
@@ -188,5 +211,6 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             "target_length": L, "pi_factor": s, "original_length": L0,
             "rope_theta": spec.rope_theta, "vocab_size": vocab, "vocab_from": vocab_from,
             "padded_vocab_size": padded, "shards": shards, "tensors": len(work),
+            "hybrid_layer_pattern": hybrid.pattern if hybrid else None,
             "tokenizer": tokenizer_src, "special_token_ids": special,
             "special_token_notes": notes}

@@ -7,7 +7,8 @@ as a traceback (``assert all(is_none)``, ``FileNotFoundError`` in ``IndexedDatas
 warning). Each is refused here with one line naming the flag and the fix.
 
 ``--transformer-impl transformer_engine`` without a CUDA device is refused too (Transformer
-Engine's modules cannot be built on a CPU, installed or not).
+Engine's modules cannot be built on a CPU, installed or not), and so are the Megatron features
+that cannot carry EndPrompt's positions (combined 1F1B, CUDA graphs, MTP with a hybrid pattern).
 
 Blend sources: ``--data-path``, ``--data-args-path`` (a file with the same tokens),
 ``--{train,valid,test}-data-path`` and ``--per-split-data-args-path`` (JSON), all parsed by
@@ -204,6 +205,7 @@ def check_startup(args: argparse.Namespace) -> list[str]:
                         "positions)")
     notes = _resolve_names(args)
     check_transformer_impl(getattr(args, "transformer_impl", None))
+    _check_features(args)
     _check_prefixes(args)
     _check_cache_path(args)
     _check_load(args)
@@ -228,6 +230,52 @@ def check_transformer_impl(impl: str | None) -> None:
     raise UserError("--transformer-impl transformer_engine needs a CUDA GPU and none is visible "
                     f"(Transformer Engine is {te}; its modules run only on a GPU); on a CPU use "
                     "--transformer-impl local, or leave the flag out")
+
+
+#: ``--cuda-graph-impl`` value -> why EndPrompt refuses it (the deprecated spellings map here).
+_CUDA_GRAPH_REASONS = {
+    "transformer_engine": "Transformer Engine's graph capture computes RoPE from a sequence "
+                          "length outside the model's forward, i.e. contiguous positions",
+    "local": "captured per-layer graphs fix the RoPE input's shape, which EndPrompt picks per "
+             "micro-batch ([S,1,1,D] for one layout, [S,B,1,D] for mixed layouts)",
+    "full_iteration": "a captured iteration freezes the host-side choice of RoPE shape "
+                      "EndPrompt makes per micro-batch ([S,1,1,D] or [S,B,1,D])",
+}
+
+
+#: ``--cuda-graph-impl`` value -> the deprecated flag Megatron's ``validate_args`` maps onto it.
+_CUDA_GRAPH_ALIASES = {"local": "--enable-cuda-graph", "transformer_engine": "--external-cuda-graph"}
+
+
+def _check_features(args: argparse.Namespace) -> None:
+    """Megatron features that cannot carry EndPrompt's positions, refused before the first
+    step (they raised a ``RuntimeError`` from inside it, or failed mid-run):
+    ``--overlap-moe-expert-parallel-comm`` (the combined-1F1B schedule plan builds RoPE outside
+    the model's forward), CUDA graphs (``--cuda-graph-impl``, ``--enable-cuda-graph``,
+    ``--external-cuda-graph``) and multi-token prediction with ``--hybrid-layer-pattern``."""
+    if getattr(args, "overlap_moe_expert_parallel_comm", False):
+        raise UserError("--overlap-moe-expert-parallel-comm is not supported with EndPrompt: its "
+                        "combined-1F1B schedule computes RoPE outside the model's forward, "
+                        "without the batch's position_ids; drop the flag")
+    impl = getattr(args, "cuda_graph_impl", None) or "none"
+    alias = _CUDA_GRAPH_ALIASES.get(impl)  # Megatron has mapped a deprecated flag onto impl
+    flag = f"--cuda-graph-impl {impl}" + (f" (or {alias})" if alias else "")
+    if getattr(args, "enable_cuda_graph", False):  # deprecated spellings (before Megatron maps)
+        impl, flag = "local", "--enable-cuda-graph"
+    elif getattr(args, "external_cuda_graph", False):
+        impl, flag = "transformer_engine", "--external-cuda-graph"
+    if impl != "none":
+        reason = _CUDA_GRAPH_REASONS.get(impl, "EndPrompt's RoPE is not graph-safe")
+        raise UserError(f"{flag} is not supported with EndPrompt: {reason}; drop the flag "
+                        "(train without CUDA graphs)")
+    pattern = getattr(args, "hybrid_layer_pattern", None)
+    if pattern and (getattr(args, "mtp_num_layers", None) or "/" in pattern):
+        what = ("its '/' multi-token-prediction part" if "/" in pattern  # Megatron infers
+                else f"--mtp-num-layers {args.mtp_num_layers}")  # --mtp-num-layers from '/'
+        raise UserError(f"--hybrid-layer-pattern {pattern} with {what} is not supported by "
+                        "EndPrompt (multi-token prediction needs GPTModel's MTP block); drop the "
+                        "MTP layers, or leave out --hybrid-layer-pattern to train GPTModel with "
+                        "--mtp-num-layers")
 
 
 def _check_cache_path(args: argparse.Namespace) -> None:

@@ -84,13 +84,12 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
 
 def _hybrid_model(args: Any, config: Any, layer_spec: Any, **stage: Any):
     """``--hybrid-layer-pattern`` (e.g. ``"*-" * n``, Llama-style): Megatron-Core's
-    ``HybridModel`` over the same layer spec's attention/MLP halves, EndPrompt RoPE per call."""
+    ``HybridModel`` over the same layer spec's attention/MLP halves, EndPrompt RoPE per call.
+    Multi-token prediction with a hybrid pattern is refused at start-up
+    (:func:`~megatron_endprompt.training.checks.check_startup`)."""
     from megatron_endprompt.model import EndPromptHybridModel
     from megatron_endprompt.training.args import model_rope_kwargs
 
-    if getattr(args, "mtp_num_layers", None) or "/" in args.hybrid_layer_pattern:
-        raise ValueError("--hybrid-layer-pattern with multi-token prediction is not supported "
-                         "by EndPrompt; drop --mtp-num-layers or the '/' MTP pattern")
     return EndPromptHybridModel(
         config=config,
         hybrid_stack_spec=layer_spec,
