@@ -56,7 +56,8 @@ from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_side
 from megatron_endprompt.data.span_scan import samples_within
 from megatron_endprompt.data.spans import span_reader
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
+from megatron_endprompt.layout import (context_length, loss_weights_from_record,
+                                      positions_from_record)
 from megatron_endprompt.window import EndPromptWindow
 
 logger = logging.getLogger(__name__)
@@ -395,7 +396,7 @@ class EndPromptGPTDataset(GPTDataset):
                 cached = self._layouts.setdefault(key, self._layout_arrays(record, P))
             position_ids, loss_mask = cached[0].copy(), cached[1].copy()
 
-        a = int(record[0])
+        a = context_length(record)
         terminal_mask = np.zeros(P, dtype=np.float32)
         terminal_mask[a - 1 :] = 1.0
         if self.config.eod_mask_loss:

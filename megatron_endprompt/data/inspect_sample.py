@@ -21,6 +21,7 @@ from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, js
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import (
     LayoutConfig,
+    context_length,
     describe_runs,
     loss_weights_from_record,
     positions_from_record,
@@ -67,7 +68,7 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
     weights = loss_weights_from_record(record, P, context_weight=layout.context_loss_weight,
                                        terminal_weight=layout.terminal_loss_weight,
                                        predict_after_terminal=header.terminal_source != "prompt")
-    a = int(record[0])
+    a = context_length(record)
     tok = sample_tokenizer(header, tokenizer) if text else None
     vocab = getattr(tok, "vocab_size", None) if tok is not None else None
     if vocab is not None and int(tokens.max()) >= vocab:

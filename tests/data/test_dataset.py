@@ -14,6 +14,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatase
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.terminal_spec import TerminalSpec
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.data.spans import sample_reader
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
@@ -47,7 +48,7 @@ def data(tmp_path_factory):
         inputs=[corpus], output_prefix=ep, tokenizer=SPEC, append_eod=True, progress=False,
         layout=LayoutConfig(seq_length=P, target_length=L, placement="random", pose_chunks=2,
                             terminal_loss_weight=0.25),
-        terminal_source="continuation", terminal_length=B, seed=7))
+        terminal=TerminalSpec(source="continuation", length=B, seed=7)))
     plain = str(root / "plain")
     rng = np.random.default_rng(1)
     builder = IndexedDatasetBuilder(plain + ".bin", dtype=np.uint16)
