@@ -199,7 +199,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         tok_info = tokenizer_identity(
             tokenizer, tokenizer_type=spec.tokenizer_type if spec else None,
             tokenizer_model=(_abs_model(spec).get("tokenizer_model", spec.tokenizer_model)
-                             if spec else None))
+                             if spec else None)).as_dict()
     packed, layout = pack_sources(ptr.array()[:, 0], pieces.array(), P)
     header = SidecarHeader(
         layout=asdict(opts.layout),

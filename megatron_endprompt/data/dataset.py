@@ -55,6 +55,7 @@ from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
 from megatron_endprompt.data.span_scan import samples_within
 from megatron_endprompt.data.spans import span_reader
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import (context_length, loss_weights_from_record,
                                       positions_from_record)
@@ -85,6 +86,11 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     ``--endprompt-replay-prefixes``). Any other prefix without the requested sidecar is
     refused: no dataset becomes replay by accident."""
 
+    endprompt_tokenizer_identity: TokenizerIdentity | None = None
+    """The training tokenizer's identity computed once at start-up (``pretrain``'s sidecar
+    check on rank 0); ``None``: computed from ``tokenizer`` when the datasets are built. Not
+    part of the index-cache key."""
+
     endprompt_require_sidecar: bool = False
     """Kept for compatibility: a sidecar is now always required unless the prefix is listed
     in ``endprompt_replay_prefixes``."""
@@ -102,7 +108,8 @@ def _same_prefix(a: str, b: str) -> bool:
 
 def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
                  name: str | None = None, replay_prefixes: list[str] | tuple = (),
-                 reset_positions: bool = False, tokenizer_identity: dict | None = None,
+                 reset_positions: bool = False,
+                 tokenizer_identity: TokenizerIdentity | None = None,
                  require: bool = True) -> Sidecar | None:
     """The prefix's sidecar, checked against its data and the training flags; ``None`` for a
     prefix listed in ``replay_prefixes`` (plain replay). The one place where a sidecar meets
@@ -149,28 +156,27 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
     return sidecar
 
 
-def check_tokenizer(sidecar: Sidecar, current: dict | None) -> None:
-    """Refuse a sidecar made with another tokenizer than the training one (vocabulary size,
-    EOD id and vocabulary fingerprint), naming both."""
-    from megatron_endprompt.data import tokenizer_identity as ti
-
-    recorded = sidecar.header.tokenizer
+def check_tokenizer(sidecar: Sidecar, current: TokenizerIdentity | None) -> None:
+    """Refuse a sidecar made with another tokenizer than the training one
+    (:meth:`TokenizerIdentity.matches`: vocabulary size, EOD id and vocabulary fingerprint),
+    naming both."""
     if current is None:
         return
-    if not ti.is_known(recorded):
+    recorded = sidecar.header.tokenizer_identity
+    if recorded is None or not recorded.is_known:
         logger.warning("%s records no tokenizer identity; cannot check it against %s",
-                       sidecar.path, ti.describe(current))
+                       sidecar.path, current.describe())
         return
-    if not ti.same_tokenizer(recorded, current):
+    if not recorded.matches(current):
         raise UserError(
-            f"{sidecar.path} was made with tokenizer {ti.describe(recorded)} but training uses "
-            f"{ti.describe(current)}; re-run preprocessing with the training tokenizer or fix "
+            f"{sidecar.path} was made with tokenizer {recorded.describe()} but training uses "
+            f"{current.describe()}; re-run preprocessing with the training tokenizer or fix "
             "--tokenizer-type/--tokenizer-model")
 
 
-def _config_tokenizer_identity(config: EndPromptDatasetConfig) -> dict | None:
-    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
-
+def _config_tokenizer_identity(config: EndPromptDatasetConfig) -> TokenizerIdentity | None:
+    if config.endprompt_tokenizer_identity is not None:  # computed once at start-up
+        return config.endprompt_tokenizer_identity
     tok = getattr(config, "tokenizer", None)
     if tok is None or getattr(tok, "vocab_size", None) is None:
         return None
