@@ -172,7 +172,9 @@ def check_sidecars(args: argparse.Namespace,
     Cheap on every rank (header checksum, sizes); global rank 0 also builds the training
     tokenizer to compare its identity, and runs the full verification once per file identity
     (:mod:`megatron_endprompt.data.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
-    refused before Megatron starts and the other ranks find the verdict cached."""
+    refused before Megatron starts and the other ranks find the verdict cached. ``identity``:
+    the start-up :class:`TokenizerIdentity` (:func:`startup_tokenizer_identity`); without it,
+    rank 0 computes it here."""
     import os
     from dataclasses import asdict
 
