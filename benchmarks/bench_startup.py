@@ -84,7 +84,7 @@ def make_corpus(prefix: str, docs: int) -> None:
     tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
     header = SidecarHeader(layout=asdict(layout), terminal_source="continuation",
                            terminal_length=B, num_samples=docs, **data_fingerprint(prefix),
-                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer"))
+                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict())
     write_sidecar(sidecar_path(prefix) + ".tmp", header, records)
     os.replace(sidecar_path(prefix) + ".tmp", sidecar_path(prefix))
 
@@ -133,7 +133,7 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
     tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
     header = SidecarHeader(layout=asdict(layout_cfg), terminal_source=source, terminal_length=B,
                            num_samples=n, **data_fingerprint(prefix),
-                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer"),
+                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict(),
                            sources={"kind": "spans", "layout": layout})
     write_sidecar(path + ".tmp", header, records, sources)
     os.replace(path + ".tmp", path)

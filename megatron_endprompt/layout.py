@@ -128,6 +128,16 @@ def make_record(
     return record
 
 
+def context_length(record: np.ndarray) -> int:
+    """``a``, the context length of one sample's record (its first value)."""
+    return int(record[0])
+
+
+def context_lengths(records: np.ndarray) -> np.ndarray:
+    """``a`` of each row of ``records [S, 2N]`` (int64): the column :func:`context_length` reads."""
+    return np.asarray(records)[:, 0].astype(np.int64)
+
+
 def record_runs(record: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Token offsets ``[R]`` and start positions ``[R]`` of the ``R = N + 1`` contiguous runs."""
     n = len(record) // 2
@@ -171,7 +181,7 @@ def loss_weights_from_record(
     ``predict_after_terminal=False`` (prompt terminals) sets ``[P - 1]``, the prediction after
     the terminal's last token, to 0."""
     weights = np.full(seq_length, context_weight, dtype=np.float32)
-    weights[int(record[0]) - 1 :] = terminal_weight
+    weights[context_length(record) - 1 :] = terminal_weight
     if not predict_after_terminal:
         weights[-1] = 0.0
     return weights

@@ -13,6 +13,7 @@ def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab:
                        docs: int = 150, terminal_length: int = 8, **layout: object) -> str:
     """``root/ep`` (.bin/.idx/.endprompt) from ``docs`` documents of a 6-token motif x 12."""
     from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.terminal_spec import TerminalSpec
     from megatron_endprompt.data.tokenizer import TokenizerSpec
     from megatron_endprompt.layout import LayoutConfig
 
@@ -27,5 +28,6 @@ def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab:
         inputs=[corpus], output_prefix=out, progress=False,
         tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=vocab),
         layout=LayoutConfig(seq_length=seq_length, target_length=target_length, **layout),
-        terminal_source="continuation", terminal_length=terminal_length, append_eod=True))
+        terminal=TerminalSpec(source="continuation", length=terminal_length),
+        append_eod=True))
     return out

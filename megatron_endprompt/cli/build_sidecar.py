@@ -11,7 +11,8 @@ import json
 import sys
 
 from megatron_endprompt import runtime
-from megatron_endprompt.cli.kit import add_layout_arguments, entry, layout_from_args
+from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
+                                         terminal_from_args)
 from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.coverage import coverage_line
 from megatron_endprompt.data.prefix_name import resolve_prefix
@@ -52,11 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = TokenizerSpec(tokenizer_type=args.tokenizer_type,
                              tokenizer_model=args.tokenizer_model, vocab_size=args.vocab_size)
     with user_errors():
+        terminal = terminal_from_args(args)
         opts = SidecarOptions(
-            data_prefix=args.data_prefix, layout=layout_from_args(args),
-            terminal_source=args.terminal_source, terminal_length=args.terminal_length,
-            terminal_prompts=args.terminal_prompts, tokenizer=spec, seed=args.seed,
-            name=args.name, progress=not args.no_progress)
+            data_prefix=args.data_prefix, layout=layout_from_args(args, terminal),
+            terminal=terminal, tokenizer=spec, name=args.name, progress=not args.no_progress)
     summary = build_sidecar(opts)
     if args.summary_json:
         print(json.dumps(summary, indent=2))

@@ -14,12 +14,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from megatron_endprompt.data.prompts import default_terminal_loss_weight
-from megatron_endprompt.data.samples import TERMINAL_SOURCES
+from megatron_endprompt.data.terminal_spec import TERMINAL_SOURCES, TerminalSpec
 from megatron_endprompt.errors import run_cli, user_errors
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
 
-__all__ = ["add_layout_arguments", "entry", "layout_from_args", "user_errors"]
+__all__ = ["add_layout_arguments", "entry", "layout_from_args", "terminal_from_args", "user_errors"]
 
 
 def entry(main: Callable[[list[str] | None], int | None]) -> Callable[[], None]:
@@ -57,12 +56,17 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=1234)
 
 
-def layout_from_args(args: argparse.Namespace) -> LayoutConfig:
-    """``LayoutConfig`` of the shared flags (``ValueError`` on bad values)."""
-    w = args.terminal_loss_weight
-    if w is None:
-        w = default_terminal_loss_weight(args.terminal_source)
+def terminal_from_args(args: argparse.Namespace) -> TerminalSpec:
+    """``TerminalSpec`` of the shared flags (``ValueError`` on bad values)."""
+    return TerminalSpec(source=args.terminal_source, prompts=args.terminal_prompts,
+                        length=args.terminal_length, weight=args.terminal_loss_weight,
+                        seed=args.seed)
+
+
+def layout_from_args(args: argparse.Namespace, terminal: TerminalSpec) -> LayoutConfig:
+    """``LayoutConfig`` of the shared flags, ``w`` from ``terminal`` (``ValueError`` on bad
+    values)."""
     return LayoutConfig(seq_length=args.seq_length, target_length=args.target_length,
                         placement=args.placement, pose_chunks=args.pose_chunks,
-                        terminal_loss_weight=w,
+                        terminal_loss_weight=terminal.loss_weight,
                         context_loss_weight=args.context_loss_weight)

@@ -11,7 +11,8 @@ import os
 import sys
 
 from megatron_endprompt import runtime
-from megatron_endprompt.cli.kit import add_layout_arguments, entry, layout_from_args
+from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
+                                         terminal_from_args)
 from megatron_endprompt.data.gpt2_files import gpt2_files_only, wrap_gpt2_files
 from megatron_endprompt.errors import UserError, user_errors
 
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{args.partitions - 1}): run one process per partition, then "
                         "tools/merge_endprompt.py")
     with user_errors():
-        layout = layout_from_args(args)
+        terminal = terminal_from_args(args)
+        layout = layout_from_args(args, terminal)
         opts = PreprocessOptions(
             inputs=args.input,
             output_prefix=args.output_prefix,
@@ -89,13 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                                     tokenizer_model=tokenizer_model,
                                     vocab_size=args.vocab_size),
             layout=layout,
-            terminal_source=args.terminal_source,
-            terminal_length=args.terminal_length,
-            terminal_prompts=args.terminal_prompts,
+            terminal=terminal,
             json_keys=args.json_keys,
             append_eod=args.append_eod,
             workers=args.workers,
-            seed=args.seed,
             progress=not args.no_progress,
             name=args.name,
             partitions=args.partitions,

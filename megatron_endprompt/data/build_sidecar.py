@@ -28,20 +28,32 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from megatron_endprompt.data.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.indexed_io import IndexReader
 from megatron_endprompt.data.prefix_guard import check_sidecar_target
 from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
-from megatron_endprompt.data.samples import TERMINAL_SOURCES, SampleMaker
-from megatron_endprompt.data.bin_checksum import bin_block_crcs
-from megatron_endprompt.data.sidecar import (SidecarHeader, check_sidecar_name, file_fingerprint,
-                                             sidecar_path, write_sidecar)
+from megatron_endprompt.data.samples import SampleMaker
+from megatron_endprompt.data.sidecar import (
+    SidecarHeader,
+    check_sidecar_name,
+    file_fingerprint,
+    sidecar_path,
+    write_sidecar,
+)
 from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
+from megatron_endprompt.data.terminal_spec import TerminalSpec
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
 from megatron_endprompt.disk import atomic_path, remove_stale_temporaries
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.layout import LayoutConfig
+
+
+class NoSampleError(UserError):
+    """No sample could be built: the corpus is shorter than one sample (preprocessing
+    re-words it for its ``--input``)."""
+
 
 def partition_seed(seed: int, index: int, count: int) -> int:
     """Seed of partition ``index`` of ``count``: draws depend on ``(seed, partition, sample)``,
@@ -52,7 +64,7 @@ def partition_seed(seed: int, index: int, count: int) -> int:
     return (int(state[0]) & 0x7FFFFFFF) << 32 | int(state[1])  # a valid header seed (< 2**63)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SidecarOptions:
     """Everything ``tools/build_endprompt_sidecar.py`` accepts (flag names in comments)."""
 
@@ -60,17 +72,10 @@ class SidecarOptions:
     """``--data-prefix``: an existing ``PREFIX.bin/.idx``."""
     layout: LayoutConfig
     """``--seq-length``, ``--target-length``, ``--placement``, ``--pose-chunks``, weights."""
-    terminal_source: str = "continuation"
-    """``--terminal-source``: continuation | document-tail | prompt."""
-    terminal_length: int | None = None
-    """``--terminal-length``: ``b`` (continuation / document-tail)."""
-    terminal_prompts: str | None = None
-    """``--terminal-prompts``: a built-in set name (``ep1``, ``ep1-3``) or a file with one prompt
-    per line (``None``: ``ep1``)."""
+    terminal: TerminalSpec
+    """``--terminal-source/-length/-prompts/-loss-weight``, ``--seed``."""
     tokenizer: TokenizerSpec | None = None
     """``--tokenizer-type/--tokenizer-model``: needed for prompts (tokens, EOD); recorded."""
-    seed: int = 1234
-    """``--seed``."""
     name: str | None = None
     """``--name``: writes ``PREFIX.NAME.endprompt``."""
     partition: tuple[int, int] = (0, 1)
@@ -79,19 +84,10 @@ class SidecarOptions:
     """A tqdm bar over documents on a terminal, else periodic progress lines (a log file)."""
 
     def __post_init__(self) -> None:
-        if self.terminal_source not in TERMINAL_SOURCES:
-            raise ValueError(f"--terminal-source must be one of {', '.join(TERMINAL_SOURCES)}")
-        if self.terminal_source == "prompt":
-            if self.tokenizer is None:
-                raise ValueError("--terminal-source prompt needs --tokenizer-type (and "
-                                 "--tokenizer-model) to tokenize the prompts")
-            self.terminal_length = None
-        else:
-            if self.terminal_length is None:
-                raise ValueError(f"--terminal-source {self.terminal_source} needs --terminal-length")
-            self.layout.check_terminal_length(self.terminal_length)
-        if not 0 <= self.seed < 2**63:
-            raise ValueError(f"--seed {self.seed} must be in [0, 2**63)")
+        if self.terminal.is_prompt and self.tokenizer is None:
+            raise ValueError("--terminal-source prompt needs --tokenizer-type (and "
+                             "--tokenizer-model) to tokenize the prompts")
+        self.terminal.check(self.layout)
         check_sidecar_name(self.name)
 
 
@@ -122,8 +118,11 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
     built one. Standalone (no ``out_path``), the whole build holds ``PREFIX.lock``."""
     if out_path is not None:
         return _build(opts, bin_path, idx_path, out_path, tokenizer, extra_stats)
-    from megatron_endprompt.data.atomic_output import (check_output_prefix,
-                                                       finish_interrupted_commit, prefix_lock)
+    from megatron_endprompt.data.atomic_output import (
+        check_output_prefix,
+        finish_interrupted_commit,
+        prefix_lock,
+    )
 
     check_output_prefix(opts.data_prefix, flag="--data-prefix")
     check_sidecar_target(opts.data_prefix, opts.name)
@@ -147,7 +146,8 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
 
     if tokenizer is None and opts.tokenizer is not None:
         tokenizer = build_tokenizer(opts.tokenizer)
-    prompt_texts = load_prompts(opts.terminal_prompts) if opts.terminal_source == "prompt" else []
+    term = opts.terminal
+    prompt_texts = load_prompts(term.prompts) if term.is_prompt else []
     prompt_tokens = tokenize_prompts(prompt_texts, tokenizer) if prompt_texts else []
     for text, ids in zip(prompt_texts, prompt_tokens):
         if vocab_limit is not None and int(ids.max()) >= vocab_limit:
@@ -156,11 +156,11 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
                             "corpus's own tokenizer")
     if prompt_tokens and out_path is None:  # inside preprocessing this tokenizer wrote the ids
         _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix)
-    seed = partition_seed(opts.seed, *opts.partition)
+    seed = partition_seed(term.seed, *opts.partition)
     markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
     with user_errors():
-        maker = SampleMaker(opts.layout, terminal_source=opts.terminal_source,
-                            terminal_length=opts.terminal_length, prompts=markers or None,
+        maker = SampleMaker(opts.layout, terminal_source=term.source,
+                            terminal_length=term.length, prompts=markers or None,
                             eod=EOD_PIECE, seed=seed)
 
     P = opts.layout.seq_length
@@ -180,7 +180,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
     maker.finish()
     stats = maker.stats
     if stats.samples == 0:
-        raise UserError(f"--data-prefix {prefix}: no sample could be built ({stats.docs} "
+        raise NoSampleError(f"--data-prefix {prefix}: no sample could be built ({stats.docs} "
                         f"documents, {stats.tokens_in} tokens; one sample needs {P + 1}); "
                         "add data or lower --seq-length")
     summary = {
@@ -188,7 +188,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         "documents_used": stats.docs,
         "documents_shorter_than_sample": stats.docs_shorter_than_sample,
         "short_documents_handling": "packed with neighbouring documents" + (
-            " (contiguous positions)" if opts.terminal_source == "document-tail" else ""),
+            " (contiguous positions)" if term.source == "document-tail" else ""),
         "samples_written": stats.samples,
         "tokens_in": stats.tokens_in,
         "tokens_in_samples": stats.samples * (P + 1),
@@ -202,19 +202,19 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         summary["ep2"] = ep2_note(tokenizer)
     if opts.partition[1] > 1:
         summary["partition"] = list(opts.partition)
-        summary["base_seed"] = opts.seed
+        summary["base_seed"] = term.seed
     tok_info = {}
     if tokenizer is not None:  # else none recorded: training warns it cannot check it
         spec = opts.tokenizer
         tok_info = tokenizer_identity(
             tokenizer, tokenizer_type=spec.tokenizer_type if spec else None,
             tokenizer_model=(_abs_model(spec).get("tokenizer_model", spec.tokenizer_model)
-                             if spec else None))
+                             if spec else None)).as_dict()
     packed, layout = pack_sources(ptr.array()[:, 0], pieces.array(), P)
     header = SidecarHeader(
         layout=asdict(opts.layout),
-        terminal_source=opts.terminal_source,
-        terminal_length=opts.terminal_length,
+        terminal_source=term.source,
+        terminal_length=term.length,
         prompts=prompt_texts,
         seed=seed,
         num_samples=stats.samples,

@@ -42,7 +42,6 @@ import functools
 import glob
 import logging
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,12 +50,13 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
-from megatron_endprompt.compat import build_document_index
+from megatron_endprompt.data.sample_index import load_or_build_sample_index, samples_in_split
 from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
-from megatron_endprompt.data.span_scan import samples_within
 from megatron_endprompt.data.spans import span_reader
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.layout import loss_weights_from_record, positions_from_record
+from megatron_endprompt.layout import (context_length, loss_weights_from_record,
+                                      positions_from_record)
 from megatron_endprompt.window import EndPromptWindow
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,11 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     ``--endprompt-replay-prefixes``). Any other prefix without the requested sidecar is
     refused: no dataset becomes replay by accident."""
 
+    endprompt_tokenizer_identity: TokenizerIdentity | None = None
+    """The training tokenizer's identity computed once at start-up (``pretrain``'s sidecar
+    check on rank 0); ``None``: computed from ``tokenizer`` when the datasets are built. Not
+    part of the index-cache key."""
+
     endprompt_require_sidecar: bool = False
     """Kept for compatibility: a sidecar is now always required unless the prefix is listed
     in ``endprompt_replay_prefixes``."""
@@ -101,7 +106,8 @@ def _same_prefix(a: str, b: str) -> bool:
 
 def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
                  name: str | None = None, replay_prefixes: list[str] | tuple = (),
-                 reset_positions: bool = False, tokenizer_identity: dict | None = None,
+                 reset_positions: bool = False,
+                 tokenizer_identity: TokenizerIdentity | None = None,
                  require: bool = True) -> Sidecar | None:
     """The prefix's sidecar, checked against its data and the training flags; ``None`` for a
     prefix listed in ``replay_prefixes`` (plain replay). The one place where a sidecar meets
@@ -148,28 +154,27 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
     return sidecar
 
 
-def check_tokenizer(sidecar: Sidecar, current: dict | None) -> None:
-    """Refuse a sidecar made with another tokenizer than the training one (vocabulary size,
-    EOD id and vocabulary fingerprint), naming both."""
-    from megatron_endprompt.data import tokenizer_identity as ti
-
-    recorded = sidecar.header.tokenizer
+def check_tokenizer(sidecar: Sidecar, current: TokenizerIdentity | None) -> None:
+    """Refuse a sidecar made with another tokenizer than the training one
+    (:meth:`TokenizerIdentity.matches`: vocabulary size, EOD id and vocabulary fingerprint),
+    naming both."""
     if current is None:
         return
-    if not ti.is_known(recorded):
+    recorded = sidecar.header.tokenizer_identity
+    if recorded is None or not recorded.is_known:
         logger.warning("%s records no tokenizer identity; cannot check it against %s",
-                       sidecar.path, ti.describe(current))
+                       sidecar.path, current.describe())
         return
-    if not ti.same_tokenizer(recorded, current):
+    if not recorded.matches(current):
         raise UserError(
-            f"{sidecar.path} was made with tokenizer {ti.describe(recorded)} but training uses "
-            f"{ti.describe(current)}; re-run preprocessing with the training tokenizer or fix "
+            f"{sidecar.path} was made with tokenizer {recorded.describe()} but training uses "
+            f"{current.describe()}; re-run preprocessing with the training tokenizer or fix "
             "--tokenizer-type/--tokenizer-model")
 
 
-def _config_tokenizer_identity(config: EndPromptDatasetConfig) -> dict | None:
-    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
-
+def _config_tokenizer_identity(config: EndPromptDatasetConfig) -> TokenizerIdentity | None:
+    if config.endprompt_tokenizer_identity is not None:  # computed once at start-up
+        return config.endprompt_tokenizer_identity
     tok = getattr(config, "tokenizer", None)
     if tok is None or getattr(tok, "vocab_size", None) is None:
         return None
@@ -301,57 +306,22 @@ class EndPromptGPTDataset(GPTDataset):
     def _units(self) -> np.ndarray:
         """The split's samples (stored sequences, or spans samples inside the split): only
         needed to build the sample index, so a rank that finds it cached never computes it."""
-        return self.indices if self.sidecar.sources is None else self._samples_in_split()
-
-    def _samples_in_split(self) -> np.ndarray:
-        """Spans sidecar: the samples whose every token lies in this split's sequences
-        (Megatron splits a GPT corpus by sequence, a contiguous range; a sample straddling two
-        splits is used by neither). Streamed over blocks of samples: O(block) temporaries."""
-        if len(self.indices) == 0:
-            return np.empty(0, dtype=np.int32)
-        index = self.dataset.index
-        itemsize = np.dtype(index.dtype).itemsize
-        lo, hi = int(np.min(self.indices)), int(np.max(self.indices))
-        # the .idx stores its sequences back to back (checked when the sidecar was built; its
-        # SHA-256 is verified): the split's stream range comes from two pointers
-        begin = int(index.sequence_pointers[lo]) // itemsize
-        end = np.iinfo(np.int64).max if hi + 1 >= len(index.sequence_pointers) else \
-            int(index.sequence_pointers[hi + 1]) // itemsize
-        return samples_within(self.sidecar, begin, end)
-
-    def _num_epochs_and_final_split(self) -> tuple[int, bool]:
-        n = len(self._units)
-        if self.num_samples is None or n == 0:
-            return 1, False
-        epochs = max(1, -(-self.num_samples // n))
-        from_final = self.num_samples - (epochs - 1) * n
-        # Megatron's rule: a final epoch used for < 80% is shuffled separately.
-        return epochs, epochs > 1 and from_final < int(0.8 * n)
+        if self.sidecar.sources is None:
+            return self.indices
+        return samples_in_split(self.sidecar, self.dataset.index, self.indices)
 
     def _load_or_build_sample_index(self) -> np.ndarray:
-        """Epoch-shuffled stored-document ids, one per sample; cached like ``GPTDataset``."""
+        """Epoch-shuffled sample ids, one per sample; cached like ``GPTDataset``
+        (:func:`~megatron_endprompt.data.sample_index.load_or_build_sample_index`)."""
         cache = self.config.path_to_cache
         if cache is None and not self.config.mock:
             cache = os.path.join(self.dataset.path_prefix, "cache", f"{type(self).__name__}_indices")
-        base = f"{self.unique_description_hash}-{type(self).__name__}-{self.index_split.name}"
-        path = os.path.join(cache, f"{base}-endprompt_sample_index.npy")
-        desc = os.path.join(cache, f"{base}-description.txt")
-        if os.path.isfile(path) and os.path.isfile(desc):
-            return np.load(path, mmap_mode="r", allow_pickle=False)
-        t0 = time.time()
-        epochs, separate = self._num_epochs_and_final_split()
-        index = build_document_index(self._units, epochs, self.config.random_seed, separate)
-        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
-            os.makedirs(cache, exist_ok=True)
-            tmp = f"{path}.tmp-{os.getpid()}.npy"
-            np.save(tmp, index, allow_pickle=False)
-            os.replace(tmp, path)
-            with open(desc + f".tmp-{os.getpid()}", "w") as f:
-                f.write(self.unique_description)
-            os.replace(desc + f".tmp-{os.getpid()}", desc)
-        logger.info("built %s %s index: %d samples, %d epochs in %.3fs", type(self).__name__,
-                    self.index_split.name, len(index), epochs, time.time() - t0)
-        return index
+        return load_or_build_sample_index(
+            units=lambda: self._units, num_samples=self.num_samples,
+            seed=self.config.random_seed, cache=cache,
+            base=f"{self.unique_description_hash}-{type(self).__name__}-{self.index_split.name}",
+            description=self.unique_description, name=type(self).__name__,
+            split=self.index_split.name)
 
     # -- samples -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -395,7 +365,7 @@ class EndPromptGPTDataset(GPTDataset):
                 cached = self._layouts.setdefault(key, self._layout_arrays(record, P))
             position_ids, loss_mask = cached[0].copy(), cached[1].copy()
 
-        a = int(record[0])
+        a = context_length(record)
         terminal_mask = np.zeros(P, dtype=np.float32)
         terminal_mask[a - 1 :] = 1.0
         if self.config.eod_mask_loss:

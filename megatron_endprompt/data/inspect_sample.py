@@ -18,9 +18,11 @@ from megatron_endprompt.data.atomic_output import ensure_committed
 from megatron_endprompt.data.sidecar import SidecarHeader, read_sidecar, sidecar_path
 from megatron_endprompt.data.spans import sample_reader
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import (
     LayoutConfig,
+    context_length,
     describe_runs,
     loss_weights_from_record,
     positions_from_record,
@@ -33,15 +35,14 @@ def sample_tokenizer(header: SidecarHeader, spec: TokenizerSpec | None) -> Any |
     """The tokenizer to show text with: ``spec``'s, else the one the header records when its
     file still exists (the recorded vocabulary alone when it suffices); ``None``: no text."""
     if spec is None:
-        rec = header.tokenizer
-        if not rec or (rec.get("tokenizer_model") and not os.path.exists(rec["tokenizer_model"])):
+        rec = header.tokenizer_identity
+        if rec is None or (rec.tokenizer_model and not os.path.exists(rec.tokenizer_model)):
             return None
         light = json_detokenizer(rec)  # the recorded vocabulary, without torch/Megatron
         if light is not None:
             return light
-        spec = TokenizerSpec(tokenizer_type=rec["tokenizer_type"],
-                             tokenizer_model=rec.get("tokenizer_model"),
-                             vocab_size=rec.get("vocab_size"))
+        spec = TokenizerSpec(tokenizer_type=rec.tokenizer_type,
+                             tokenizer_model=rec.tokenizer_model, vocab_size=rec.vocab_size)
     return build_tokenizer(spec)
 
 
@@ -67,16 +68,17 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
     weights = loss_weights_from_record(record, P, context_weight=layout.context_loss_weight,
                                        terminal_weight=layout.terminal_loss_weight,
                                        predict_after_terminal=header.terminal_source != "prompt")
-    a = int(record[0])
+    a = context_length(record)
     tok = sample_tokenizer(header, tokenizer) if text else None
     vocab = getattr(tok, "vocab_size", None) if tok is not None else None
     if vocab is not None and int(tokens.max()) >= vocab:
+        rec = header.tokenizer_identity or TokenizerIdentity()
         model = (tokenizer.tokenizer_model if tokenizer is not None else None) or \
-            header.tokenizer.get("tokenizer_model")
+            rec.tokenizer_model
         raise UserError(f"--tokenizer-model {model}: vocabulary {vocab}, but sample "
                         f"{index} holds token id {int(tokens.max())} (the data was "
-                        f"tokenized with {header.tokenizer.get('tokenizer_type')} of vocabulary "
-                        f"{header.tokenizer.get('vocab_size')}); use that tokenizer or --no-text")
+                        f"tokenized with {rec.tokenizer_type} of vocabulary "
+                        f"{rec.vocab_size}); use that tokenizer or --no-text")
     terminal_starts = sidecar.records[:, 1]
     stats = {
         "samples": n,

@@ -34,14 +34,6 @@ from megatron_endprompt.errors import UserError
 _SAME = ("layout", "terminal_source", "terminal_length", "prompts")
 
 
-def _tokenizer_identity(header: SidecarHeader) -> dict:
-    """What decides the ids (vocabulary size, EOD, vocabulary fingerprint); the model path is
-    left out (shards are often preprocessed on machines that mount the tokenizer at different
-    paths)."""
-    tok = header.tokenizer
-    return {k: tok.get(k) for k in ("vocab_size", "eod", "fingerprint")} if tok else {}
-
-
 def _check_same(first: str, h0: SidecarHeader, other: str, h: SidecarHeader) -> None:
     for key in _SAME:
         if getattr(h, key) != getattr(h0, key):
@@ -52,14 +44,17 @@ def _check_same(first: str, h0: SidecarHeader, other: str, h: SidecarHeader) -> 
                 b = {k: b.get(k) for k in diff}
             raise UserError(f"--inputs {other}: {key} {b} differs from {first} ({a}); merge only "
                             "shards of one preprocessing run (same flags)")
-    for prefix, header in ((first, h0), (other, h)):
-        if not _tokenizer_identity(header):
+    # the path is left out (shards are often preprocessed on machines that mount the tokenizer
+    # at different paths): what decides the ids must match
+    t0, t = h0.tokenizer_identity, h.tokenizer_identity
+    for prefix, identity in ((first, t0), (other, t)):
+        if identity is None or not identity.is_known:
             raise UserError(f"--inputs {prefix}: its sidecar records no tokenizer, so the merge "
                             "cannot check that the shards' token ids mean the same; rebuild it "
                             "with --tokenizer-type/--tokenizer-model")
-    if _tokenizer_identity(h) != _tokenizer_identity(h0):
-        raise UserError(f"--inputs {other}: tokenizer {_tokenizer_identity(h)} differs from "
-                        f"{first} ({_tokenizer_identity(h0)}); shards must share one tokenizer")
+    if not t0.matches(t):
+        raise UserError(f"--inputs {other}: tokenizer {t.ids_part()} differs from "
+                        f"{first} ({t0.ids_part()}); shards must share one tokenizer")
     if bool(h.sources) != bool(h0.sources) or \
             h.sources.get("prompt_tokens") != h0.sources.get("prompt_tokens"):
         raise UserError(f"--inputs {other}: sidecar kind or tokenized prompts differ from {first}; "

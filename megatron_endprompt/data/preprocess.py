@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
-from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
+from megatron_endprompt.data.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
 from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.encode import fast_encoded, first_texts, pool_encoded
 from megatron_endprompt.data.indexed_io import IndexedWriter, optimal_dtype
@@ -30,8 +30,8 @@ from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_si
                                                   run_id)
 from megatron_endprompt.data.progress import Progress
 from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
-from megatron_endprompt.data.samples import TERMINAL_SOURCES
 from megatron_endprompt.data.sidecar import check_sidecar_name, open_sidecar, sidecar_path
+from megatron_endprompt.data.terminal_spec import TerminalSpec
 from megatron_endprompt.data.tiktoken_encoder import BACKENDS, choose_encoder
 from megatron_endprompt.data.tokenizer import TokenizerSpec
 from megatron_endprompt.data.tokenizer_verdict import preprocessing_tokenizer
@@ -52,21 +52,15 @@ class PreprocessOptions:
     """``--tokenizer-type`` / ``--tokenizer-model`` / ``--vocab-size``."""
     layout: LayoutConfig
     """``--seq-length``, ``--target-length``, ``--placement``, ``--pose-chunks``, weights."""
-    terminal_source: str = "continuation"
-    """``--terminal-source``: continuation | document-tail | prompt."""
-    terminal_length: int | None = None
-    """``--terminal-length``: ``b`` (not used with prompts)."""
-    terminal_prompts: str | None = None
-    """``--terminal-prompts``: a built-in set name (``ep1``, ``ep1-3``) or a file with one prompt
-    per line (``None``: ``ep1``, EP1 alone)."""
+    terminal: TerminalSpec
+    """``--terminal-source/-length/-prompts/-loss-weight``, ``--seed`` (per-sample layouts come
+    from ``(seed, partition, sample index)``)."""
     json_keys: list[str] = field(default_factory=lambda: ["text"])
     """``--json-keys``: text fields; several keys are joined with a newline into one document."""
     append_eod: bool = False
     """``--append-eod``: end every document with the tokenizer's EOD token."""
     workers: int = 1
     """``--workers``: tokenizer processes (Rust threads for an HF fast tokenizer)."""
-    seed: int = 1234
-    """``--seed``: per-sample layouts come from ``(seed, partition, sample index)``."""
     partitions: int = 1
     """``--partitions N``: the inputs are cut into N line-aligned byte ranges."""
     partition_index: int = 0
@@ -81,14 +75,8 @@ class PreprocessOptions:
     """``--name``: write the sidecar as ``PREFIX.NAME.endprompt`` (default ``PREFIX.endprompt``)."""
 
     def __post_init__(self) -> None:
-        if self.terminal_source not in TERMINAL_SOURCES:
-            raise ValueError(f"--terminal-source must be one of {', '.join(TERMINAL_SOURCES)}")
-        if self.terminal_source != "prompt":
-            if self.terminal_length is None:
-                raise ValueError(f"--terminal-source {self.terminal_source} needs "
-                                 "--terminal-length")
-            # fail before the tokenizer and workers start (prompts are checked once tokenized)
-            self.layout.check_terminal_length(self.terminal_length)
+        # fail before the tokenizer and workers start (prompts are checked once tokenized)
+        self.terminal.check(self.layout)
         if self.tokenizer_backend not in BACKENDS:
             raise ValueError(f"--tokenizer-backend must be one of {', '.join(BACKENDS)}")
         if self.workers < 1:
@@ -100,10 +88,14 @@ class PreprocessOptions:
                              f"0..{self.partitions - 1} (--partitions {self.partitions})")
         if self.log_interval < 1:
             raise ValueError(f"--log-interval {self.log_interval} must be >= 1")
-        if not 0 <= self.seed < 2**63:  # numpy seeds are non-negative; fail before tokenizing
-            raise ValueError(f"--seed {self.seed} must be in [0, 2**63)")
         check_output_prefix(self.output_prefix)
         check_sidecar_name(self.name)
+
+    def sidecar_options(self) -> SidecarOptions:
+        """The sidecar build of :attr:`prefix` (no progress bar of its own)."""
+        return SidecarOptions(data_prefix=self.prefix, layout=self.layout, terminal=self.terminal,
+                              tokenizer=self.tokenizer, name=self.name, progress=False,
+                              partition=(self.partition_index, self.partitions))
 
     @property
     def prefix(self) -> str:
@@ -147,15 +139,11 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
     # tokenizer.json alone is it (tokenizer_verdict)
     tokenizer, tokenizer_note = preprocessing_tokenizer(
         opts.tokenizer, backend=None if early is None else early.backend)
-    sidecar_opts = SidecarOptions(
-        data_prefix=opts.prefix, layout=opts.layout, terminal_source=opts.terminal_source,
-        terminal_length=opts.terminal_length, terminal_prompts=opts.terminal_prompts,
-        tokenizer=opts.tokenizer, seed=opts.seed, progress=False, name=opts.name,
-        partition=(opts.partition_index, opts.partitions))
-    if opts.terminal_source == "prompt":  # refuse prompts that do not fit before tokenizing
+    sidecar_opts = opts.sidecar_options()
+    if opts.terminal.is_prompt:  # refuse prompts that do not fit before tokenizing
         from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
 
-        for ids in tokenize_prompts(load_prompts(opts.terminal_prompts), tokenizer):
+        for ids in tokenize_prompts(load_prompts(opts.terminal.prompts), tokenizer):
             try:
                 opts.layout.check_terminal_length(len(ids))
             except ValueError as exc:
@@ -205,8 +193,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
                 "tokenizer_path": path, "tokenizer_path_reason": why}
         if opts.partitions > 1:  # what a merge checks: every shard of this one run
             read["run_id"] = run_id(
-                base_seed=opts.seed, layout=asdict(opts.layout),
-                terminal_source=opts.terminal_source, terminal_length=opts.terminal_length,
+                base_seed=opts.terminal.seed, layout=asdict(opts.layout),
+                terminal_source=opts.terminal.source, terminal_length=opts.terminal.length,
                 count=opts.partitions, inputs=paths)
         if n_docs == 0:
             _no_sample(opts, 0, 0)
@@ -215,9 +203,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             summary = build_sidecar(sidecar_opts, bin_path=tmp[".bin"], idx_path=tmp[".idx"],
                                     out_path=tmp[".endprompt"], tokenizer=tokenizer,
                                     extra_stats=read)
-        except UserError as exc:
-            if "no sample could be built" not in str(exc):
-                raise
+        except NoSampleError:
             _no_sample(opts, n_docs, n_tokens)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
         check_other_sidecars(opts.prefix, sidecar_path(opts.prefix, opts.name),

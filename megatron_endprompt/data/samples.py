@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from megatron_endprompt.data.terminal_spec import check_source
 from megatron_endprompt.layout import LayoutConfig, make_record, sample_rng
-
-TERMINAL_SOURCES: tuple[str, ...] = ("continuation", "document-tail", "prompt")
 
 
 @dataclass(kw_only=True)
@@ -121,11 +120,7 @@ class SampleMaker:
         eod: int | None = None,
         seed: int = 0,
     ) -> None:
-        if terminal_source not in TERMINAL_SOURCES:
-            raise ValueError(
-                f"terminal source {terminal_source!r} unknown; use --terminal-source "
-                f"{' | '.join(TERMINAL_SOURCES)}"
-            )
+        check_source(terminal_source)
         if terminal_source == "prompt":
             if not prompts:
                 raise ValueError("terminal source 'prompt' needs at least one prompt")

@@ -13,10 +13,11 @@ from dataclasses import fields
 
 import numpy as np
 
-from megatron_endprompt.data.samples import TERMINAL_SOURCES as SOURCES
 from megatron_endprompt.data.sidecar_format import REBUILD, SidecarHeader
+from megatron_endprompt.data.terminal_spec import SEED_LIMIT
+from megatron_endprompt.data.terminal_spec import TERMINAL_SOURCES as SOURCES
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
+from megatron_endprompt.layout import PLACEMENTS, LayoutConfig, context_lengths
 
 _INT32 = 2**31 - 1
 _IDX_HEADER = 34  # Megatron .idx: magic 9, version 8, dtype 1, sequence and document counts
@@ -100,7 +101,7 @@ def validate_header(values: dict, path: str) -> None:
     n = values.get("num_samples", 0)
     if not _int_in(n, 0, 2**48):
         raise bad("num_samples", n, "an integer >= 0")
-    if not _int_in(values.get("seed", 0), 0, 2**63 - 1):
+    if not _int_in(values.get("seed", 0), 0, SEED_LIMIT - 1):
         raise bad("seed", values.get("seed"), "an integer >= 0")
     if not _is_hex(values.get("idx_sha256")):
         raise bad("idx_sha256", values.get("idx_sha256"), "64 lowercase hex digits")
@@ -182,7 +183,7 @@ def check_records(records: np.ndarray, layout: LayoutConfig, terminal_length: in
     if len(records) == 0:
         return None
     P, L, N = layout.seq_length, layout.target_length, layout.pose_chunks
-    a = records[:, 0].astype(np.int64)
+    a = context_lengths(records)
     T = records[:, 1].astype(np.int64)
     b = P - a
     checks = [((a >= 1) & (a <= P - 1), "context length a outside [1, P-1]")]

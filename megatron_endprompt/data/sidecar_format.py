@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -144,8 +145,10 @@ class SidecarHeader:
     before it existed (their tokens are not verified)."""
 
     tokenizer: dict = field(default_factory=dict)
-    """Tokenizer identity (:func:`~megatron_endprompt.data.tokenizer_identity.tokenizer_identity`:
-    type, model, vocab_size, eod, fingerprint); empty when unknown (no check at training)."""
+    """Tokenizer identity in its on-disk form
+    (:meth:`~megatron_endprompt.data.tokenizer_identity.TokenizerIdentity.as_dict`: type, model,
+    vocab_size, eod, fingerprint); empty when unknown (no check at training). Read it as
+    :attr:`tokenizer_identity`."""
 
     stats: dict = field(default_factory=dict)
     """Preprocessing summary (documents read/skipped, tokens), for ``inspect``."""
@@ -159,6 +162,11 @@ class SidecarHeader:
     def layout_config(self) -> LayoutConfig:
         """The ``LayoutConfig`` the records were drawn with."""
         return LayoutConfig(**self.layout)
+
+    @property
+    def tokenizer_identity(self) -> TokenizerIdentity | None:
+        """The recorded :class:`TokenizerIdentity` (``None``: none recorded)."""
+        return TokenizerIdentity.from_dict(self.tokenizer)
 
 
 def chunked_crc32(array: np.ndarray, *, dtype: str) -> int:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from megatron_endprompt.data.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.tokenizer_identity import vocab_fingerprint
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, vocab_fingerprint
 from megatron_endprompt.errors import UserError
 
 _NEEDS_FILE = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
@@ -114,21 +114,21 @@ def token_text(tokenizer: Any, token_id: int) -> str | None:
         return None
 
 
-def json_detokenizer(recorded: dict) -> JsonTokenizer | None:
+def json_detokenizer(recorded: TokenizerIdentity) -> JsonTokenizer | None:
     """A :class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer` (what Megatron's
     ``HuggingFaceTokenizer.detokenize`` does, without importing torch, Megatron-Core and
     transformers: ~4 s of CPU) for a recorded ``HuggingFaceTokenizer`` identity whose
     directory still holds a ``tokenizer.json`` with the same vocabulary fingerprint; else
     ``None`` (the caller builds Megatron's tokenizer)."""
-    model = recorded.get("tokenizer_model")
+    model = recorded.tokenizer_model
     path = os.path.join(model, "tokenizer.json") if model else ""
-    if recorded.get("tokenizer_type") != "HuggingFaceTokenizer" or not os.path.isfile(path) \
-            or not recorded.get("fingerprint") or not recorded.get("vocab_size"):
+    if recorded.tokenizer_type != "HuggingFaceTokenizer" or not os.path.isfile(path) \
+            or not recorded.fingerprint or not recorded.vocab_size:
         return None
     try:
         from tokenizers import Tokenizer
 
-        light = JsonTokenizer(Tokenizer.from_file(path), vocab_size=int(recorded["vocab_size"]))
+        light = JsonTokenizer(Tokenizer.from_file(path), vocab_size=int(recorded.vocab_size))
     except Exception:  # noqa: BLE001 - a file only transformers reads: Megatron's path decides
         return None
-    return light if vocab_fingerprint(light) == recorded["fingerprint"] else None
+    return light if vocab_fingerprint(light) == recorded.fingerprint else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 _MEMO_ATTR = "_endprompt_identity"
@@ -60,16 +61,85 @@ def vocab_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+ID_KEYS: tuple[str, ...] = ("vocab_size", "eod", "fingerprint")
+"""The fields that decide the ids (the type and model path are informative only)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerIdentity:
+    """Which tokenizer made (or reads) the ids; :meth:`as_dict` is its on-disk form (sidecar
+    headers, the tokenizer verdict cache), :meth:`from_dict` reads it back, old files included."""
+
+    tokenizer_type: str | None = None
+    """``--tokenizer-type`` (informative: named in messages)."""
+    tokenizer_model: str | None = None
+    """``--tokenizer-model`` (informative: copies at other paths are the same tokenizer)."""
+    vocab_size: int | None = None
+    """Megatron's ``tokenizer.vocab_size`` (unpadded)."""
+    eod: int | None = None
+    """Megatron's ``tokenizer.eod``."""
+    fingerprint: str | None = None
+    """SHA-256 of the id -> token table (:func:`vocab_fingerprint`); ``None`` for a cheap
+    identity (ranks other than 0: the same flags build the same tokenizer)."""
+
+    def as_dict(self) -> dict:
+        """The on-disk form: ``{tokenizer_type, tokenizer_model, vocab_size, eod,
+        fingerprint}``, in that order (byte-identical headers)."""
+        return {"tokenizer_type": self.tokenizer_type, "tokenizer_model": self.tokenizer_model,
+                "vocab_size": self.vocab_size, "eod": self.eod, "fingerprint": self.fingerprint}
+
+    def ids_part(self) -> dict:
+        """Only the fields that decide the ids (:data:`ID_KEYS`)."""
+        return {k: getattr(self, k) for k in ID_KEYS}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> TokenizerIdentity | None:
+        """The identity a header or cache entry records; ``None`` when it records none (``{}``:
+        a sidecar built without a tokenizer). Missing keys read as ``None``."""
+        if not data:
+            return None
+        return cls(**{k: data.get(k) for k in ("tokenizer_type", "tokenizer_model",
+                                                 "vocab_size", "eod", "fingerprint")})
+
+    @property
+    def is_known(self) -> bool:
+        """Whether it can be checked: it has a vocabulary fingerprint."""
+        return self.fingerprint is not None
+
+    def difference(self, current: TokenizerIdentity) -> str | None:
+        """The one matching rule: ``None`` when ``current`` produces the ids ``self``
+        describes (same vocabulary size, EOD id, and — unless ``current`` is a cheap identity
+        without one — vocabulary fingerprint), else the first field that differs, as
+        ``"FIELD MINE differs from THEIRS"``."""
+        for key in ID_KEYS:
+            if key == "fingerprint" and current.fingerprint is None:
+                continue
+            if getattr(self, key) != getattr(current, key):
+                return f"{key} {getattr(self, key)} differs from {getattr(current, key)}"
+        return None
+
+    def matches(self, current: TokenizerIdentity) -> bool:
+        """:meth:`difference` is ``None``."""
+        return self.difference(current) is None
+
+    def describe(self) -> str:
+        """``HuggingFaceTokenizer /path (vocab 128256, eod 128001, vocab sha256 1a2b3c4d5e6f)``."""
+        name = " ".join(str(x) for x in (self.tokenizer_type, self.tokenizer_model) if x) \
+            or "tokenizer"
+        fp = self.fingerprint or "?"
+        return (f"{name} (vocab {self.vocab_size}, eod {self.eod}, "
+                f"vocab sha256 {fp[:12]})")
+
+
 def tokenizer_identity(tokenizer: Any, *, tokenizer_type: str | None = None,
-                       tokenizer_model: str | None = None, fingerprint: bool = True) -> dict:
-    """``{tokenizer_type, tokenizer_model, vocab_size, eod, fingerprint}`` of a Megatron
-    tokenizer; the fingerprint (~0.1 s for 128K tokens) is memoised on the object, and left
-    ``None`` with ``fingerprint=False`` (ranks other than rank 0 compare size and EOD only:
-    every rank builds its tokenizer from the same flags)."""
+                       tokenizer_model: str | None = None,
+                       fingerprint: bool = True) -> TokenizerIdentity:
+    """The :class:`TokenizerIdentity` of a Megatron tokenizer; the fingerprint (~0.1 s for 128K
+    tokens) is memoised on the object, and left ``None`` with ``fingerprint=False`` (ranks
+    other than rank 0 compare size and EOD only: every rank builds its tokenizer from the same
+    flags)."""
     eod = getattr(tokenizer, "eod", None)
-    identity = {"tokenizer_type": tokenizer_type, "tokenizer_model": tokenizer_model,
-                "vocab_size": int(tokenizer.vocab_size), "eod": None if eod is None else int(eod),
-                "fingerprint": None}
+    memo = None
     if fingerprint:
         memo = getattr(tokenizer, _MEMO_ATTR, None)
         if memo is None:
@@ -78,26 +148,6 @@ def tokenizer_identity(tokenizer: Any, *, tokenizer_type: str | None = None,
                 setattr(tokenizer, _MEMO_ATTR, memo)
             except AttributeError:
                 pass
-        identity["fingerprint"] = memo
-    return identity
-
-
-def describe(identity: dict) -> str:
-    """``HuggingFaceTokenizer /path (vocab 128256, eod 128001, vocab sha256 1a2b3c4d5e6f)``."""
-    name = " ".join(str(x) for x in (identity.get("tokenizer_type"),
-                                     identity.get("tokenizer_model")) if x) or "tokenizer"
-    fp = identity.get("fingerprint") or "?"
-    return (f"{name} (vocab {identity.get('vocab_size')}, eod {identity.get('eod')}, "
-            f"vocab sha256 {fp[:12]})")
-
-
-def same_tokenizer(recorded: dict, current: dict) -> bool:
-    """Whether ``current`` produces the ids ``recorded`` describes: vocabulary size, EOD id
-    and (when ``current`` has one) the vocabulary fingerprint."""
-    keys = ("vocab_size", "eod") + (("fingerprint",) if current.get("fingerprint") else ())
-    return all(recorded.get(k) == current.get(k) for k in keys)
-
-
-def is_known(identity: dict) -> bool:
-    """A sidecar made without a tokenizer (e.g. for an existing corpus) records none."""
-    return bool(identity) and identity.get("fingerprint") is not None
+    return TokenizerIdentity(tokenizer_type=tokenizer_type, tokenizer_model=tokenizer_model,
+                             vocab_size=int(tokenizer.vocab_size),
+                             eod=None if eod is None else int(eod), fingerprint=memo)

@@ -41,7 +41,7 @@ from megatron_endprompt.data.encode import fast_backend
 from megatron_endprompt.data.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.tiktoken_encoder import STRESS_TEXTS
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
-from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 
 VERDICT_VERSION = 1
 """Bumped whenever what is checked changes: older verdicts no longer match."""
@@ -49,7 +49,6 @@ VERDICT_VERSION = 1
 _PACKAGES = ("megatron-core", "transformers", "tokenizers", "tiktoken")
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt",
             ".npz")
-_IDENTITY_KEYS = ("vocab_size", "eod", "fingerprint")
 
 
 def cache_dir() -> str | None:
@@ -105,10 +104,9 @@ def compare(light: JsonTokenizer, tokenizer: Any) -> str | None:
         return "Megatron's tokenizer is not an HF fast tokenizer that includes special tokens"
     if backend.to_str() != light.backend.to_str():
         return "transformers changes tokenizer.json (e.g. tokens added from tokenizer_config.json)"
-    mine, theirs = tokenizer_identity(light), tokenizer_identity(tokenizer)
-    for key in _IDENTITY_KEYS:
-        if mine[key] != theirs[key]:
-            return f"{key} {mine[key]} differs from Megatron's {theirs[key]}"
+    diff = tokenizer_identity(light).difference(tokenizer_identity(tokenizer))
+    if diff is not None:
+        return diff.replace(" differs from ", " differs from Megatron's ", 1)
     for text in probe_texts(light):
         if light.tokenize(text) != list(tokenizer.tokenize(text)) or \
                 light.encode_plain(text) != encode_plain(tokenizer, text):
@@ -160,8 +158,8 @@ def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tupl
     path = os.path.join(root, verdict_key(directory, versions) + ".json")
     entry = _read(path)
     if entry is not None:
-        mine = tokenizer_identity(light)
-        if all(entry["identity"].get(k) == mine[k] for k in _IDENTITY_KEYS):
+        cached = TokenizerIdentity.from_dict(entry["identity"])
+        if cached is not None and cached.matches(tokenizer_identity(light)):
             return light, (f"tokenizer.json via tokenizers alone, no torch/Megatron import: "
                            f"cached verdict {path} (equal to Megatron's HuggingFaceTokenizer, "
                            f"checked {entry.get('checked_utc')})")
@@ -171,7 +169,7 @@ def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tupl
         return tokenizer, f"Megatron's HuggingFaceTokenizer (tokenizers alone differs: {diff})"
     entry = {"equal": True, "verdict_version": VERDICT_VERSION, "versions": versions,
              "directory": os.path.abspath(directory),
-             "identity": {k: tokenizer_identity(tokenizer)[k] for k in _IDENTITY_KEYS},
+             "identity": tokenizer_identity(tokenizer).ids_part(),
              "texts_checked": len(probe_texts(light)),
              "checked_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
+from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model.yarn import ROPE_SCALINGS, YarnScaling, yarn_from_megatron_args
 from megatron_endprompt.training.long_eval import add_long_eval_args
@@ -146,7 +147,8 @@ def data_prefixes(args: argparse.Namespace) -> list[str]:
     return blend_prefixes(args)
 
 
-def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
+def check_sidecars(args: argparse.Namespace,
+                   identity: TokenizerIdentity | None = None) -> dict[str, dict]:
     """Check every prefix's sidecar against the flags and the training tokenizer before
     training starts (the same check the dataset makes,
     :func:`~megatron_endprompt.data.dataset.find_sidecar`); returns ``{prefix: layout}`` for
@@ -155,7 +157,9 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
     Cheap on every rank (header checksum, sizes); global rank 0 also builds the training
     tokenizer to compare its identity, and runs the full verification once per file identity
     (:mod:`megatron_endprompt.data.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
-    refused before Megatron starts and the other ranks find the verdict cached."""
+    refused before Megatron starts and the other ranks find the verdict cached. ``identity``:
+    the start-up :class:`TokenizerIdentity` (:func:`startup_tokenizer_identity`); without it,
+    rank 0 computes it here."""
     import os
     from dataclasses import asdict
 
@@ -181,9 +185,9 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
                             f"(--data-path / --*-data-path){hint}; fix the path")
         matched.append(same[0])
     replay = args.endprompt_replay_prefixes = matched or replay
-    identity = None
+    # ``identity``: pretrain computes it once (startup_tokenizer_identity); else built here
     found = {}
-    rank0 = os.environ.get("RANK", "0") == "0"
+    rank0 = _rank0()
     for prefix in prefixes:
         if identity is None and rank0 and getattr(args, "tokenizer_type", None):
             identity = training_tokenizer_identity(args)  # the datasets check it on every rank
@@ -200,13 +204,24 @@ def check_sidecars(args: argparse.Namespace) -> dict[str, dict]:
     return found
 
 
-def training_tokenizer_identity(args: argparse.Namespace) -> dict:
+def _rank0() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def startup_tokenizer_identity(args: argparse.Namespace) -> TokenizerIdentity | None:
+    """The training tokenizer's identity, computed once at start-up on global rank 0 when the
+    run names data prefixes and a tokenizer (``None`` elsewhere): ``pretrain`` hands it to
+    :func:`check_sidecars` and to the datasets, which then do not fingerprint again."""
+    if _rank0() and getattr(args, "tokenizer_type", None) and data_prefixes(args):
+        return training_tokenizer_identity(args)
+    return None
+
+
+def training_tokenizer_identity(args: argparse.Namespace) -> TokenizerIdentity:
     """Identity of the tokenizer Megatron will build from ``args`` (same builder)."""
     import copy
 
     from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer
-
-    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
 
     probe = copy.copy(args)
     probe.rank = 1  # no "> building tokenizer" banner from this probe

@@ -50,12 +50,13 @@ def main(argv: list[str] | None = None) -> None:
         check_sidecars,
         loaded_checkpoint_args,
         resolve_endprompt_args,
+        startup_tokenizer_identity,
     )
     from megatron_endprompt.runtime.versions import call_pretrain
     from megatron_endprompt.training.long_eval import long_eval_hook
     from megatron_endprompt.training.providers import (
-        datasets_provider,
         forward_step,
+        make_datasets_provider,
         model_provider,
     )
 
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         notes = check_startup(args)
         long_eval = long_eval_hook(args)  # its data read and checked now, not mid-training
         window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
-        layouts = check_sidecars(args)
+        identity = startup_tokenizer_identity(args)  # once: the datasets reuse it
+        layouts = check_sidecars(args, identity)
     except UserError as exc:
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             print(f"error: {exc}", file=sys.stderr)
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")
     cfg = pretrain_cfg_container_from_args(args)
-    call_pretrain(pretrain, cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
+    call_pretrain(pretrain, cfg, make_datasets_provider(identity), ModelType.encoder_or_decoder,
+                  forward_step,
                   model_provider=model_provider, non_loss_data_func=long_eval)
 
 

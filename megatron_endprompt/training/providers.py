@@ -110,8 +110,9 @@ def _hybrid_model(args: Any, config: Any, layer_spec: Any, **stage: Any):
     )
 
 
-def dataset_config_from_args(args: Any):
-    """``EndPromptDatasetConfig`` from Megatron's flags plus ours."""
+def dataset_config_from_args(args: Any, tokenizer_identity: Any = None):
+    """``EndPromptDatasetConfig`` from Megatron's flags plus ours; ``tokenizer_identity``: the
+    start-up one (:func:`~megatron_endprompt.training.args.startup_tokenizer_identity`)."""
     from megatron.training import get_tokenizer
     from megatron.training.utils.common_utils import get_blend_and_blend_per_split
 
@@ -137,24 +138,39 @@ def dataset_config_from_args(args: Any):
         endprompt_require_sidecar=args.endprompt_require_sidecar,
         endprompt_sidecar_name=args.endprompt_sidecar_name,
         endprompt_replay_prefixes=args.endprompt_replay_prefixes,
+        endprompt_tokenizer_identity=tokenizer_identity,
     )
 
 
-def datasets_provider(train_val_test_num_samples: list[int], vp_stage: int | None = None):
-    """Train/valid/test datasets through ``BlendedMegatronDatasetBuilder``, built on TP rank 0
-    of every pipeline stage (see :mod:`megatron_endprompt.training.batch` for why)."""
-    from megatron.core import parallel_state as mpu
-    from megatron.core.datasets.blended_megatron_dataset_builder import \
-        BlendedMegatronDatasetBuilder
-    from megatron.training import get_args
+def make_datasets_provider(tokenizer_identity: Any = None):
+    """Megatron's ``train_valid_test_datasets_provider``, the datasets checking the start-up
+    ``tokenizer_identity`` (``None``: each computes it from Megatron's tokenizer)."""
 
-    from megatron_endprompt.data.dataset import EndPromptGPTDataset
+    def datasets_provider(train_val_test_num_samples: list[int], vp_stage: int | None = None):
+        """Train/valid/test datasets through ``BlendedMegatronDatasetBuilder``, built on TP
+        rank 0 of every pipeline stage (see :mod:`megatron_endprompt.training.batch` for
+        why)."""
+        from megatron.core import parallel_state as mpu
+        from megatron.core.datasets.blended_megatron_dataset_builder import \
+            BlendedMegatronDatasetBuilder
+        from megatron.training import get_args
 
-    args = get_args()
-    return BlendedMegatronDatasetBuilder(
-        EndPromptGPTDataset, train_val_test_num_samples,
-        lambda: mpu.get_tensor_model_parallel_rank() == 0, dataset_config_from_args(args),
-    ).build()
+        from megatron_endprompt.data.dataset import EndPromptGPTDataset
+
+        args = get_args()
+        return BlendedMegatronDatasetBuilder(
+            EndPromptGPTDataset, train_val_test_num_samples,
+            lambda: mpu.get_tensor_model_parallel_rank() == 0,
+            dataset_config_from_args(args, tokenizer_identity),
+        ).build()
+
+    # Every rank enters the builder (it synchronises with barriers); ``is_built_on_rank`` keeps
+    # the actual datasets to TP rank 0 of each stage, as in Megatron-LM's pretrain_gpt.
+    datasets_provider.is_distributed = True
+    return datasets_provider
+
+
+datasets_provider = make_datasets_provider()
 
 
 def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = False):
@@ -180,7 +196,3 @@ def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = Fa
     return output, partial(loss_func, batch.get("loss_mask"), batch.get("terminal_mask"),
                            loss_log=get_args().endprompt_loss_log)
 
-
-# Every rank enters the builder (it synchronises with barriers); ``is_built_on_rank`` keeps
-# the actual datasets to TP rank 0 of each stage, as in Megatron-LM's pretrain_gpt.
-datasets_provider.is_distributed = True

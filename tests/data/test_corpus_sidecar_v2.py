@@ -68,7 +68,7 @@ def test_tokenizer_identity_recorded_only_with_a_tokenizer(corpus, run_tool, cap
     named, _ = _build(run_tool, corpus, "tok", "--tokenizer-type", "NullTokenizer",
                       "--vocab-size", VOCAB)
     recorded = open_sidecar(named).header.tokenizer
-    assert recorded["vocab_size"] == VOCAB and recorded["fingerprint"] == current["fingerprint"]
+    assert recorded["vocab_size"] == VOCAB and recorded["fingerprint"] == current.fingerprint
     find_sidecar(corpus, seq_length=P, target_length=L, name="tok", tokenizer_identity=current)
     other = tokenizer_identity(build_tokenizer(TokenizerSpec(tokenizer_type="NullTokenizer",
                                                              vocab_size=VOCAB + 1)))

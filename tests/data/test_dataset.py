@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -14,6 +15,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatase
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.terminal_spec import TerminalSpec
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.data.spans import sample_reader
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
@@ -47,7 +49,7 @@ def data(tmp_path_factory):
         inputs=[corpus], output_prefix=ep, tokenizer=SPEC, append_eod=True, progress=False,
         layout=LayoutConfig(seq_length=P, target_length=L, placement="random", pose_chunks=2,
                             terminal_loss_weight=0.25),
-        terminal_source="continuation", terminal_length=B, seed=7))
+        terminal=TerminalSpec(source="continuation", length=B, seed=7)))
     plain = str(root / "plain")
     rng = np.random.default_rng(1)
     builder = IndexedDatasetBuilder(plain + ".bin", dtype=np.uint16)
@@ -287,3 +289,19 @@ def test_megatron_conventions_eod_padding_and_overrides(tok, data, tmp_path):
     s = no_extra[0]
     assert s["loss_mask"][-1] == 0 and s["labels"][-1] == 0
     assert torch.equal(s["labels"][:-1], s["tokens"][1:])
+
+
+def test_startup_tokenizer_identity_is_used_not_recomputed(tok, data, tmp_path, monkeypatch):
+    """The identity pretrain computed once at start-up reaches the datasets: they check it
+    (a wrong one is refused though the config's tokenizer matches) and fingerprint nothing."""
+    from megatron_endprompt.data import tokenizer_identity as ti
+
+    startup = ti.tokenizer_identity(tok, tokenizer_type="NullTokenizer")
+    monkeypatch.setattr(ti, "vocab_fingerprint", lambda t: pytest.fail("fingerprinted again"))
+    fresh = build_tokenizer(SPEC)  # no memo on this object: a recomputation would show
+    _build(_config(fresh, ([data["ep"]], [1.0]), tmp_path / "a",
+                   endprompt_tokenizer_identity=startup))
+    wrong = dataclasses.replace(startup, vocab_size=VOCAB + 1)
+    with pytest.raises(UserError, match="made with tokenizer"):
+        _build(_config(fresh, ([data["ep"]], [1.0]), tmp_path / "b",
+                       endprompt_tokenizer_identity=wrong))

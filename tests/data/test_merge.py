@@ -45,9 +45,9 @@ def test_merged_shards_equal_one_run(shards, run_tool):
     assert np.array_equal(np.asarray(sc.records),
                           np.concatenate([np.asarray(s.records) for s in shard_scs]))
     # sidecar v2: header checksum recomputed (read_sidecar checked it), tokenizer identity kept
-    from megatron_endprompt.data.tokenizer_identity import is_known
+    from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
 
-    assert is_known(sc.header.tokenizer) and sc.header.tokenizer == shard_scs[0].header.tokenizer
+    assert TokenizerIdentity.from_dict(sc.header.tokenizer).is_known and sc.header.tokenizer == shard_scs[0].header.tokenizer
     assert not any(f.endswith(".lock") or ".tmp-" in f for f in os.listdir(root))
     # every merged sample is the shard's sample (spans shifted into the merged stream) and a
     # contiguous continuation window of the merged corpus

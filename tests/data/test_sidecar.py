@@ -273,8 +273,9 @@ def test_preprocess_and_inspect_named_sidecar(spm_args, run_tool, tmp_path):
 def test_unknown_tokenizer_is_accepted_with_a_warning_known_one_is_checked(good, caplog):
     """A sidecar for an existing corpus may record no tokenizer: trained with a warning."""
     from megatron_endprompt.data.dataset import check_tokenizer
+    from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
 
-    current = {"vocab_size": 501, "eod": 500, "fingerprint": "cd" * 32}
+    current = TokenizerIdentity(vocab_size=501, eod=500, fingerprint="cd" * 32)
     with pytest.raises(UserError, match="made with tokenizer NullTokenizer"):
         check_tokenizer(read_sidecar(sidecar_path(good)), current)
     rewrite_header(sidecar_path(good), _set("tokenizer", {}))

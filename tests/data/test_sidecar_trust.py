@@ -139,13 +139,14 @@ def test_rank0_verifies_others_hit_the_cache(tmp_path):
     from megatron_endprompt.launch import free_port
     from test_dataset import SPEC, _corpus
     from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.terminal_spec import TerminalSpec
     from megatron_endprompt.layout import LayoutConfig
 
     prefix = str(tmp_path / "ep")
     preprocess(PreprocessOptions(
         inputs=[_corpus(tmp_path / "c.jsonl", n_docs=60)], output_prefix=prefix, tokenizer=SPEC,
-        append_eod=True, progress=False, terminal_source="continuation", terminal_length=8,
-        layout=LayoutConfig(seq_length=32, target_length=256, placement="random"), seed=7))
+        append_eod=True, progress=False, terminal=TerminalSpec(source="continuation", length=8, seed=7),
+        layout=LayoutConfig(seq_length=32, target_length=256, placement="random")))
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trust_worker.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_port", str(free_port()), worker, "--prefix", prefix,

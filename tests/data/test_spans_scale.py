@@ -17,7 +17,7 @@ from test_build_sidecar import VOCAB, write_corpus
 from test_corpus_sidecar_v2 import _build
 from test_sidecar_trust import _tamper_idx
 
-from megatron_endprompt.data import dataset as dataset_mod
+from megatron_endprompt.data import sample_index as sample_index_mod
 from megatron_endprompt.data import span_scan, spans
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.sidecar import (SidecarHeader, open_sidecar, verify_sidecar,
@@ -243,7 +243,7 @@ def test_split_samples_and_later_start(corpus, run_tool, tmp_path, monkeypatch, 
     monkeypatch.setattr(spans.SpanIndex, "block", boom)
     monkeypatch.setattr(spans.SpanIndex, "read", boom)
     monkeypatch.setattr(span_scan, "samples_within", boom)
-    monkeypatch.setattr(dataset_mod, "samples_within", boom)
+    monkeypatch.setattr(sample_index_mod, "samples_within", boom)
     later = _build_datasets(corpus, name, tmp_path / "cache")
     for a, b in zip(first_start, later):
         assert np.array_equal(np.asarray(a.document_index), np.asarray(b.document_index))

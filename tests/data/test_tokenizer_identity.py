@@ -4,6 +4,7 @@ preprocessing and training do."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -11,10 +12,15 @@ import pytest
 
 from megatron_endprompt.compat import build_megatron_tokenizer
 from megatron_endprompt.data.tokenizer_identity import (
+    TokenizerIdentity,
     id_to_token_table,
-    same_tokenizer,
     tokenizer_identity,
 )
+
+
+def same_tokenizer(recorded, current) -> bool:
+    """The one matching rule, read off the class."""
+    return recorded.matches(current)
 
 
 def _hf_dir(path, swap: bool = False) -> str:
@@ -51,9 +57,9 @@ def test_hf_identity_follows_the_vocabulary_not_the_path(tmp_path):
     shutil.copytree(tmp_path / "a", copy)
     b = _identity("HuggingFaceTokenizer", copy)
     swapped = _identity("HuggingFaceTokenizer", _hf_dir(tmp_path / "s", swap=True))
-    assert a["eod"] == 2 and a["vocab_size"] == swapped["vocab_size"]
+    assert a.eod == 2 and a.vocab_size == swapped.vocab_size
     assert same_tokenizer(a, b)
-    assert a["fingerprint"] != swapped["fingerprint"] and not same_tokenizer(a, swapped)
+    assert a.fingerprint != swapped.fingerprint and not same_tokenizer(a, swapped)
 
 
 def test_sentencepiece_and_null_identities(spm_corpus, tmp_path):
@@ -72,14 +78,29 @@ def test_sentencepiece_and_null_identities(spm_corpus, tmp_path):
 @pytest.mark.parametrize("key", ["vocab_size", "eod", "fingerprint"])
 def test_any_difference_is_a_different_tokenizer(key):
     a = {"vocab_size": 10, "eod": 2, "fingerprint": "0" * 64}
-    assert same_tokenizer(a, dict(a)) and not same_tokenizer(a, {**a, key: 3})
+    ident = TokenizerIdentity.from_dict
+    assert same_tokenizer(ident(a), ident(dict(a))) and \
+        not same_tokenizer(ident(a), ident({**a, key: 3}))
 
 
 def test_without_fingerprint_only_size_and_eod_are_compared():
     """Ranks other than rank 0 skip the fingerprint (same flags build the same tokenizer)."""
     tok = build_megatron_tokenizer("NullTokenizer", None, 1000)
     cheap = tokenizer_identity(tok, fingerprint=False)
-    assert cheap["fingerprint"] is None
+    assert cheap.fingerprint is None
     recorded = tokenizer_identity(tok)
     assert same_tokenizer(recorded, cheap)
-    assert not same_tokenizer(recorded, {**cheap, "vocab_size": 1001})
+    assert not same_tokenizer(recorded, dataclasses.replace(cheap, vocab_size=1001))
+
+
+def test_on_disk_form_round_trips_and_old_headers_read():
+    """``as_dict`` is the header's form, keys in the order sidecars have always written them;
+    an old header (or a verdict entry with the id fields only) reads back."""
+    tok = build_megatron_tokenizer("NullTokenizer", None, 1000)
+    ident = tokenizer_identity(tok, tokenizer_type="NullTokenizer")
+    assert list(ident.as_dict()) == ["tokenizer_type", "tokenizer_model", "vocab_size", "eod",
+                                     "fingerprint"]
+    assert TokenizerIdentity.from_dict(ident.as_dict()) == ident
+    assert TokenizerIdentity.from_dict({}) is None
+    part = TokenizerIdentity.from_dict(ident.ids_part())
+    assert part.matches(ident) and part.tokenizer_type is None

@@ -60,7 +60,7 @@ def test_identity_from_tokenizers_alone_equals_megatrons(kind, spm_corpus, llama
     light = JsonTokenizer.from_directory(directory)
     assert light.eod is not None
     ours, theirs = tokenizer_identity(light), tokenizer_identity(megatron)
-    assert {k: ours[k] for k in _KEYS} == {k: theirs[k] for k in _KEYS}
+    assert {k: getattr(ours, k) for k in _KEYS} == {k: getattr(theirs, k) for k in _KEYS}
     assert tokenizer_verdict.compare(light, megatron) is None
 
 

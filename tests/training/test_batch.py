@@ -13,6 +13,7 @@ from torch.utils.data import default_collate
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.terminal_spec import TerminalSpec
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.layout import LayoutConfig
@@ -52,7 +53,7 @@ def test_terminal_mask_comes_from_the_dataset(tmp_path, one_rank):
     preprocess(PreprocessOptions(
         inputs=[str(corpus)], output_prefix=prefix, tokenizer=SPEC, append_eod=True,
         progress=False, layout=LayoutConfig(seq_length=P, target_length=P + 1, placement="random"),
-        terminal_source="continuation", terminal_length=B, seed=3))
+        terminal=TerminalSpec(source="continuation", length=B, seed=3)))
     config = EndPromptDatasetConfig(
         random_seed=1, sequence_length=P, blend=([prefix], [1.0]), split="100,0,0",
         tokenizer=build_tokenizer(SPEC), reset_position_ids=False, reset_attention_mask=False,
