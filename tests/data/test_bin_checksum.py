@@ -69,6 +69,7 @@ def test_preprocessing_records_them(tmp_path):
 
     from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.data.sidecar import read_sidecar
+    from megatron_endprompt.data.terminal_spec import TerminalSpec
     from megatron_endprompt.data.tokenizer import TokenizerSpec
     from megatron_endprompt.layout import LayoutConfig
 
@@ -80,6 +81,6 @@ def test_preprocessing_records_them(tmp_path):
         inputs=[str(corpus)], output_prefix=prefix,
         tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=1000),
         append_eod=True, progress=False, layout=LayoutConfig(seq_length=32, target_length=256),
-        terminal_source="continuation", terminal_length=8, seed=1))
+        terminal=TerminalSpec(source="continuation", length=8, seed=1)))
     rec = read_sidecar(prefix + ".endprompt").header.bin_crc32
     assert rec == bin_block_crcs(prefix + ".bin")
