@@ -38,7 +38,6 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     from megatron.training.arguments import core_transformer_config_from_args
 
     from megatron_endprompt.model import EndPromptGPTModel
-    from megatron_endprompt.training.args import model_rope_kwargs
 
     args = get_args()
     if config is None:
@@ -62,10 +61,23 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
     return EndPromptGPTModel(
         config=config,
         transformer_layer_spec=spec,
-        vocab_size=args.padded_vocab_size,
-        max_sequence_length=max(args.max_position_embeddings, args.endprompt_target_length),
         pre_process=pre_process,
         post_process=post_process,
+        mtp_block_spec=mtp_spec,
+        vp_stage=vp_stage,
+        pg_collection=pg_collection,
+        **_shared_model_kwargs(args),
+    )
+
+
+def _shared_model_kwargs(args: Any) -> dict:
+    """The constructor arguments ``EndPromptGPTModel`` and ``EndPromptHybridModel`` take alike
+    from Megatron's flags (one place, so the two models cannot drift)."""
+    from megatron_endprompt.training.args import model_rope_kwargs
+
+    return dict(
+        vocab_size=args.padded_vocab_size,
+        max_sequence_length=max(args.max_position_embeddings, args.endprompt_target_length),
         fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
         parallel_output=True,
         share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
@@ -75,9 +87,6 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
         rope_scaling=args.use_rope_scaling,
         rope_scaling_factor=args.rope_scaling_factor,
         seq_len_interpolation_factor=None,  # folded into the window's s (see window.py)
-        mtp_block_spec=mtp_spec,
-        vp_stage=vp_stage,
-        pg_collection=pg_collection,
         **model_rope_kwargs(args),
     )
 
@@ -88,25 +97,13 @@ def _hybrid_model(args: Any, config: Any, layer_spec: Any, **stage: Any):
     Multi-token prediction with a hybrid pattern is refused at start-up
     (:func:`~megatron_endprompt.training.checks.check_startup`)."""
     from megatron_endprompt.model import EndPromptHybridModel
-    from megatron_endprompt.training.args import model_rope_kwargs
 
     return EndPromptHybridModel(
         config=config,
         hybrid_stack_spec=layer_spec,
-        vocab_size=args.padded_vocab_size,
-        max_sequence_length=max(args.max_position_embeddings, args.endprompt_target_length),
         hybrid_layer_pattern=args.hybrid_layer_pattern,
-        fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
-        parallel_output=True,
-        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
-        position_embedding_type=args.position_embedding_type,
-        rotary_percent=args.rotary_percent,
-        rotary_base=args.rotary_base,
-        rope_scaling=args.use_rope_scaling,
-        rope_scaling_factor=args.rope_scaling_factor,
-        seq_len_interpolation_factor=None,  # folded into the window's s (see window.py)
         **stage,
-        **model_rope_kwargs(args),
+        **_shared_model_kwargs(args),
     )
 
 
