@@ -8,9 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-#: Layout used by the preprocessing tests: small enough to be fast, large enough that the
-#: built-in prompts fit (``b = len(prompt) < P``) and PoSE has room.
-SPM_P, SPM_L, SPM_B = 64, 512, 8
+from spm_layout import SPM_B, SPM_L, SPM_P  # noqa: F401  (re-exported for the fixtures)
 
 
 @pytest.fixture(autouse=True)

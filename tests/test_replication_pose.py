@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import SPM_L, SPM_P
+from spm_layout import SPM_L, SPM_P
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
