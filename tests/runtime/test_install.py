@@ -131,13 +131,14 @@ def test_changed_megatron_function_is_refused_with_one_line(monkeypatch) -> None
 
     monkeypatch.setattr(DistributedOptimizer, "load_state_dict", load_state_dict)
     stock_compile_helpers = ds_utils.compile_helpers
+    before = runtime.patches()  # what earlier in-process tests left (e.g. runtime.quiet())
     with pytest.raises(runtime.PatchedFunctionChanged) as info:
         runtime.install(cpu=False)
     message = str(info.value)
     assert "\n" not in message
     assert "DistributedOptimizer.load_state_dict changed" in message
     assert "update megatron_endprompt/runtime" in message
-    assert runtime.installed_layers()["wheel"] is False and runtime.patches() == []
+    assert runtime.installed_layers()["wheel"] is False and runtime.patches() == before
     assert ds_utils.compile_helpers is stock_compile_helpers
 
 
@@ -177,10 +178,11 @@ def test_unsupported_megatron_version_is_refused(monkeypatch, version, reason) -
     assert runtime.check_megatron_version().split(".")[:2] in (["0", "18"], ["0", "19"],
                                                                ["0", "20"])
     monkeypatch.setattr(package_info, "__version__", version)
+    before = runtime.patches()  # what earlier in-process tests left (e.g. runtime.quiet())
     with pytest.raises(RuntimeError, match=f"{version} is not supported") as info:
         runtime.install(cpu=False)
     assert reason in str(info.value) and "\n" not in str(info.value)
-    assert runtime.patches() == []
+    assert runtime.patches() == before
 
 
 def test_ledger_restores_inherited_and_missing_attributes() -> None:
