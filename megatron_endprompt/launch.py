@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
+from megatron_endprompt import runtime
+
 
 def free_port() -> int:
     """A TCP port on the loopback that is free right now."""
@@ -28,9 +30,11 @@ def single_process_group() -> Iterator[None]:
 
     created_pg = False
     if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(free_port())
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        rendezvous = {"MASTER_PORT": str(free_port())}
+        if "MASTER_ADDR" not in os.environ:
+            rendezvous["MASTER_ADDR"] = "127.0.0.1"
+        with runtime.scoped_env(**rendezvous):  # read by init only; the process keeps its env
+            torch.distributed.init_process_group("gloo", rank=0, world_size=1)
         created_pg = True
     elif torch.distributed.get_world_size() != 1:
         raise RuntimeError("single_process_group needs world size 1 (run without torchrun)")

@@ -15,7 +15,6 @@ committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprom
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
@@ -35,6 +34,7 @@ from megatron_endprompt.data.terminal_spec import TerminalSpec
 from megatron_endprompt.data.tiktoken_encoder import BACKENDS, choose_encoder
 from megatron_endprompt.data.tokenizer import TokenizerSpec
 from megatron_endprompt.data.tokenizer_verdict import preprocessing_tokenizer
+from megatron_endprompt import runtime
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -108,8 +108,7 @@ class PreprocessOptions:
 def preprocess(opts: PreprocessOptions) -> dict:
     """Run the pipeline; returns the summary (also stored in the sidecar header)."""
     paths = expand_inputs(opts.inputs)
-    # encode_batch's rayon pool: --workers threads, as Megatron-LM uses --workers processes
-    os.environ.setdefault("RAYON_RS_NUM_THREADS", str(opts.workers))
+    runtime.tokenizer_env(threads=opts.workers)  # encode_batch's pool: --workers threads
     span = input_range(paths, opts.partition_index, opts.partitions)
     check_sidecar_target(opts.prefix, opts.name)
     started = time.perf_counter()  # rates and ETA count from here: tokenizing starts now
@@ -173,7 +172,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
                                 vocab=tokenizer.vocab_size, spec=opts.tokenizer)
         elif docs is None:
             if early is not None:  # its rayon pool ran: tokenizers would warn in forked workers
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                runtime.tokenizer_env(threads=opts.workers, forked_workers=True)
             docs = pool_encoded(read_lines(span), spec=opts.tokenizer, json_keys=opts.json_keys,
                                 append_eod=opts.append_eod, workers=opts.workers)
         progress = Progress(span.total_bytes, enabled=opts.progress, started=started,

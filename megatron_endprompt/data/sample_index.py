@@ -19,6 +19,7 @@ import torch
 from megatron_endprompt.compat import build_document_index
 from megatron_endprompt.data.sidecar import Sidecar
 from megatron_endprompt.data.span_scan import samples_within
+from megatron_endprompt.disk import atomic_path, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +68,9 @@ def load_or_build_sample_index(*, units: Callable[[], np.ndarray], num_samples: 
     index = build_document_index(samples, epochs, seed, separate)
     if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
         os.makedirs(cache, exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}.npy"
-        np.save(tmp, index, allow_pickle=False)
-        os.replace(tmp, path)
-        with open(desc + f".tmp-{os.getpid()}", "w") as f:
-            f.write(description)
-        os.replace(desc + f".tmp-{os.getpid()}", desc)
+        with atomic_path(path, fsync=False) as tmp, open(tmp, "wb") as f:  # a cache
+            np.save(f, index, allow_pickle=False)
+        write_text(desc, description, fsync=False)  # last: the pair counts once it exists
     logger.info("built %s %s index: %d samples, %d epochs in %.3fs", name, split, len(index),
                 epochs, time.time() - t0)
     return index

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+
 import time
 from importlib import metadata
 from typing import Any
@@ -42,6 +42,7 @@ from megatron_endprompt.data.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.tiktoken_encoder import STRESS_TEXTS
 from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
 from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.disk import write_text
 
 VERDICT_VERSION = 1
 """Bumped whenever what is checked changes: older verdicts no longer match."""
@@ -116,14 +117,7 @@ def compare(light: JsonTokenizer, tokenizer: Any) -> str | None:
 
 def _write(path: str, entry: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".verdict-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entry, f, indent=1)
-        os.replace(tmp, path)  # readers see the whole verdict or none
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text(path, json.dumps(entry, indent=1), fsync=False)  # whole verdict or none
 
 
 def _read(path: str) -> dict | None:

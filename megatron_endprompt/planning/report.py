@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
+
+from megatron_endprompt.disk import atomic_path
 from megatron_endprompt.planning.eval_cost import EvalCost
 from megatron_endprompt.planning.memory import GIB
 from megatron_endprompt.planning.plan import MethodPlan, PlanSettings, total_params
@@ -181,14 +182,9 @@ def write_plot(path: str, s: PlanSettings, rows: list[dict]) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"{s.model.name} on {s.gpus} x {s.gpu.name}, recompute {s.recompute}")
     fig.tight_layout()
-    out_dir = os.path.dirname(os.path.abspath(path))
-    suffix = os.path.splitext(path)[1] or ".png"
-    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=suffix, prefix=".plan-")
-    os.close(fd)
+    fmt = (os.path.splitext(path)[1] or ".png")[1:]
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:  # the temporary has no suffix: name the format
+            fig.savefig(tmp, dpi=120, format=fmt)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

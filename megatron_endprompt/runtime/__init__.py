@@ -12,7 +12,8 @@ the pretrain entry does it):
   the child reaper (checkpoint-writer children exit with the rank).
 
 :func:`quiet` (every tool, before it imports Megatron) installs the import-noise warning
-filters the same way. Nothing else in the package changes process-wide state.
+filters the same way, :func:`tokenizer_env` preprocessing's tokenizer variables, and
+:func:`scoped_env` a scoped rendezvous. Nothing else in the package changes process-wide state.
 
 Each layer patches through a :class:`~.ledger.Ledger` (:func:`uninstall` restores every
 original) that first checks each patched Megatron function's fingerprint, so a Megatron change
@@ -31,14 +32,15 @@ from megatron_endprompt.runtime.process import (
     CHECKPOINT_NOISE,
     IMPORT_NOISE,
     quiet_warnings,
+    scoped_env,
     set_env_default,
 )
 from megatron_endprompt.runtime.scoped import cpu_checkpoint_io, cpu_forward
 from megatron_endprompt.runtime.versions import check_megatron_version
 
 __all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
-           "cpu_forward", "fingerprint", "install", "installed_layers", "patches", "quiet",
-           "uninstall", "with_cpu_args"]
+           "cpu_forward", "fingerprint", "install", "installed_layers", "LAYER_NAMES", "patches", "quiet",
+           "scoped_env", "tokenizer_env", "uninstall", "with_cpu_args"]
 
 #: Layer name -> its ledger, for the layers installed in this process.
 _LAYERS: dict[str, Ledger] = {}
@@ -88,7 +90,8 @@ def install(*, cpu: bool | None = None, verbose: bool = True,
         trainer: also the training rank's process-wide settings (layer ``trainer``: the
             CUDA launch-queue variable, the child reaper); listed by :func:`patches`.
 
-    Returns: ``{"wheel": True, "rope": bool, "cpu": bool}`` — which layers are installed now.
+    Returns: ``{"wheel": True, "rope": bool, "cpu": bool}`` — which of its layers are installed
+    now (:func:`installed_layers` lists every layer, ``trainer`` included).
 
     Raises:
         RuntimeError: unsupported Megatron-Core version, or
@@ -116,7 +119,22 @@ def install(*, cpu: bool | None = None, verbose: bool = True,
         if name == "cpu" and verbose:
             print(f"megatron_endprompt: no CUDA device, running Megatron-Core {version} on CPU "
                   "(megatron_endprompt.runtime)", file=sys.stderr, flush=True)
-    return installed_layers()
+    layers = installed_layers()
+    return {name: layers[name] for name in ("wheel", "rope", "cpu")}
+
+
+def tokenizer_env(*, threads: int, forked_workers: bool = False) -> None:
+    """Layer ``tokenizer-env``: HF ``tokenizers``' process-wide settings for preprocessing.
+    ``RAYON_RS_NUM_THREADS=threads`` (``encode_batch``'s pool gets ``--workers`` threads, as
+    Megatron-LM's tool uses ``--workers`` processes) and, with ``forked_workers`` (a worker
+    pool forks after the rayon pool ran), ``TOKENIZERS_PARALLELISM=false`` so the children do
+    not warn; each only when unset, removed again by :func:`uninstall`. A later call adds only
+    the fork setting still missing."""
+    _install_layer("tokenizer-env", lambda ledger: set_env_default(
+        ledger, "RAYON_RS_NUM_THREADS", str(threads), patch="tokenizer-env"))
+    if forked_workers:
+        set_env_default(_LAYERS["tokenizer-env"], "TOKENIZERS_PARALLELISM", "false",
+                        patch="tokenizer-env")
 
 
 def uninstall() -> int:
@@ -128,11 +146,16 @@ def uninstall() -> int:
     return n
 
 
+#: Every layer this module installs, in install order: :func:`install`'s four, then
+#: :func:`quiet`'s two and :func:`tokenizer_env`'s.
+LAYER_NAMES = ("wheel", "rope", "cpu", "trainer", "quiet", "quiet-checkpoints", "tokenizer-env")
+
+
 def installed_layers() -> dict[str, bool]:
-    """``{"wheel", "rope", "cpu"}`` -> whether that layer is installed (``rope`` is True only
-    when TE's fused kernel was present to route around)."""
+    """Each of :data:`LAYER_NAMES` -> whether that layer is installed in this process
+    (``rope`` is True only when TE's fused kernel was present to route around)."""
     return {name: name in _LAYERS and (name != "rope" or len(_LAYERS[name]) > 0)
-            for name in ("wheel", "rope", "cpu")}
+            for name in LAYER_NAMES}
 
 
 def patches() -> list[tuple[str, str]]:

@@ -9,9 +9,11 @@ nobody owns (and no test can undo); recorded in the ledger it is listed by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 
 from megatron_endprompt.runtime.ledger import Ledger
 
@@ -71,3 +73,19 @@ def set_env_default(ledger: Ledger, name: str, value: str, *, patch: str) -> Non
         return
     os.environ[name] = value
     ledger.on_restore(lambda: os.environ.pop(name, None), patch=patch)
+
+
+@contextlib.contextmanager
+def scoped_env(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration, then put back exactly what was there
+    before (variables that were unset are removed again)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old

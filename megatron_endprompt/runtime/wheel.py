@@ -182,10 +182,16 @@ def check_helpers(ledger: Ledger) -> None:
 
 
 def install_wheel_fixes(ledger: Ledger) -> None:
-    """Apply every wheel fix through ``ledger``."""
+    """Apply the wheel fixes this process needs through ``ledger``: the Adam-step and
+    state-template fixes only with the torch-Adam fallback (no TE, no Apex: a CPU run, or a
+    GPU machine without either), the others always (``_process_memory`` only without
+    ``psutil``)."""
     check_helpers(ledger)
     patch_compile_helpers(ledger)
     patch_checkpoint_writer_without_psutil(ledger)
-    patch_dist_optimizer_state_template(ledger)
-    patch_dist_optimizer_set_states_no_grad(ledger)
-    patch_dist_optimizer_adam_step(ledger)
+    torch_adam = _uses_torch_adam_fallback()  # TE's / Apex's fused Adam keep step and state
+    if torch_adam:
+        patch_dist_optimizer_state_template(ledger)
+    patch_dist_optimizer_set_states_no_grad(ledger)  # fp32 resumes, whichever Adam
+    if torch_adam:
+        patch_dist_optimizer_adam_step(ledger)

@@ -48,7 +48,8 @@ def test_pretrain_entry_on_a_gpu_installs_wheel_fixes_not_cpu_layer() -> None:
             pass
 
         from megatron_endprompt import runtime
-        assert runtime.installed_layers() == {"wheel": True, "rope": False, "cpu": False}
+        on = {name for name, installed in runtime.installed_layers().items() if installed}
+        assert on == {"wheel", "trainer", "quiet"}, on   # no CPU layer, no TE router
         from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
         patched = {where for _, where in runtime.patches()}
         assert "megatron.core.datasets.utils.compile_helpers" in patched, patched
@@ -100,7 +101,7 @@ def test_uninstall_restores_every_original() -> None:
         n = runtime.uninstall()
         assert n == len([1 for _ in range(n)]) and n > 40, n
         assert runtime.patches() == []
-        assert runtime.installed_layers() == {"wheel": False, "rope": False, "cpu": False}
+        assert not any(runtime.installed_layers().values()), runtime.installed_layers()
         after = snapshot()
         for key in before:
             assert after[key] == before[key], key
@@ -210,7 +211,8 @@ def test_ledger_restores_inherited_and_missing_attributes() -> None:
 def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te() -> None:
     """On a (faked) GPU machine ``install()`` patches exactly the wheel fixes, plus the TE RoPE
     router once TE's fused kernel is importable (faked: the real package is absent here);
-    nothing of the CPU layer, whatever TE's presence."""
+    nothing of the CPU layer, whatever TE's presence; with TE's fused Adam (faked) not the two
+    torch-Adam fixes."""
     proc = _run_python("""
         import json, torch
         torch.cuda.is_available = lambda: True
@@ -223,6 +225,10 @@ def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te()
         runtime.uninstall()
         rope_utils.fused_apply_rotary_pos_emb = lambda t, freqs, **kw: t   # TE importable
         out["te"] = [runtime.install(), runtime.patches()]
+        runtime.uninstall()
+        import megatron.core.optimizer.distrib_optimizer as dist_opt
+        dist_opt.HAVE_APEX_OR_TE = True   # TE's fused Adam: no torch-Adam fallback
+        out["te_adam"] = [runtime.install(), runtime.patches()]
         print("RESULT" + json.dumps(out))
     """)
     out = json.loads(proc.stdout.split("RESULT", 1)[1])
@@ -234,9 +240,15 @@ def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te()
     wheel += [["wheel", opt + name] for name in
               ("state_dict", "_set_main_param_and_optimizer_states", "load_state_dict")]
     assert out["no_te"] == [{"wheel": True, "rope": False, "cpu": False}, wheel]
-    assert out["te"] == [{"wheel": True, "rope": True, "cpu": False}, wheel + [
-        ["rope-fallback", "megatron.core.models.common.embeddings.rope_utils."
-                          "fused_apply_rotary_pos_emb"]]]
+    router = [["rope-fallback", "megatron.core.models.common.embeddings.rope_utils."
+                                "fused_apply_rotary_pos_emb"]]
+    assert out["te"] == [{"wheel": True, "rope": True, "cpu": False}, wheel + router]
+    # with TE's (or Apex's) fused Adam the distributed optimizer needs only the no-grad copy
+    # (fp32 resumes); the state-template and Adam-step fixes are for torch Adam alone
+    gpu = [entry for entry in wheel if not entry[1].endswith(("DistributedOptimizer.state_dict",
+                                                              "load_state_dict"))]
+    assert len(gpu) == len(wheel) - 2
+    assert out["te_adam"] == [{"wheel": True, "rope": True, "cpu": False}, gpu + router]
 
 
 def test_ledger_accepts_any_reviewed_release_fingerprint() -> None:
@@ -311,3 +323,31 @@ def test_pretrain_entry_installs_the_reaper_through_the_ledger() -> None:
         print("OK")
     """)
     assert "OK" in proc.stdout
+
+
+def test_tokenizer_env_and_scoped_env_are_undone() -> None:
+    """Preprocessing's tokenizer variables are a ledger layer (set only when unset, removed by
+    ``uninstall()``, listed by ``installed_layers()``); ``scoped_env`` puts back what was there."""
+    proc = _run_python("""
+        import os
+        from megatron_endprompt import runtime
+        os.environ.pop("RAYON_RS_NUM_THREADS", None)
+        os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        runtime.tokenizer_env(threads=3)
+        assert os.environ["RAYON_RS_NUM_THREADS"] == "3"
+        assert "TOKENIZERS_PARALLELISM" not in os.environ
+        runtime.tokenizer_env(threads=5, forked_workers=True)   # first count stays
+        assert os.environ["RAYON_RS_NUM_THREADS"] == "3"
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+        assert runtime.installed_layers()["tokenizer-env"]
+        assert [p for p, _ in runtime.patches()] == ["tokenizer-env", "tokenizer-env"]
+        runtime.uninstall()
+        assert "RAYON_RS_NUM_THREADS" not in os.environ
+        assert "TOKENIZERS_PARALLELISM" not in os.environ
+        os.environ["MASTER_ADDR"] = "10.0.0.1"
+        os.environ.pop("MASTER_PORT", None)
+        with runtime.scoped_env(MASTER_ADDR="127.0.0.1", MASTER_PORT="1234"):
+            assert os.environ["MASTER_ADDR"] == "127.0.0.1" and os.environ["MASTER_PORT"] == "1234"
+        assert os.environ["MASTER_ADDR"] == "10.0.0.1" and "MASTER_PORT" not in os.environ
+    """)
+    assert proc.returncode == 0
