@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(PY) -m megatron_endprompt.demo --workdir demo_out
 
 replicate: $(STAMP)
-	$(PY) benchmarks/mini_replication.py
+	$(PY) -m benchmarks.replication.mini_replication
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

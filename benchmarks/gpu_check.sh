@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_check.sh --dry-run        # anywhere: prepare, print every command, JSON
 #   bash benchmarks/gpu_check.sh --fetch-wheels   # here (registry access): wheels into .whl/
 #
-# Stages (benchmarks/gpu_check.py; each recorded in the JSON whether or not the others fail):
+# Stages (benchmarks/gpu/check.py; each recorded in the JSON whether or not the others fail):
 #   env          versions; runtime.install() on the GPU: wheel fixes + TE RoPE router, no CPU layer
 #   pytest_gpu   pytest -m gpu tests/gpu
 #   bench        ~1B Llama (Llama-3.2-1B shape), TE spec, bf16, fused RoPE, recompute: EndPrompt at
@@ -13,8 +13,9 @@
 #   train_shared / train_mixed
 #                20 iterations of python -m megatron_endprompt.training.pretrain (torchrun, NCCL,
 #                TE spec, bf16, TE fused RoPE) on fixed- and random-placement EndPrompt prefixes
-#   plan         benchmarks/plan_vs_measured.py: the run planner's activation/peak prediction
-#                beside the measured max_memory_allocated (P=8192 and L=32768), to calibrate it
+#   plan         benchmarks/step_time/plan_vs_measured.py: the run planner's activation/peak
+#                prediction beside the measured max_memory_allocated (P=8192 and L=32768), to
+#                calibrate it
 # Output: $OUT/gpu_check.json (the device tool's folder) or benchmarks/out/gpu_check.json, plus
 # one log per stage and step_time_gpu.json beside it.
 #
@@ -52,7 +53,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export CUDA_DEVICE_MAX_CONNECTIONS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 
 # 470 s for the stages (their own limits fit inside), a hard stop just under 8 minutes in all.
-timeout -k 5 475 "$PY" benchmarks/gpu_check.py --out-dir "$OUTDIR" "$@"
+timeout -k 5 475 "$PY" -m benchmarks.gpu.check --out-dir "$OUTDIR" "$@"
 rc=$?
 [ "$rc" -eq 124 ] && echo "gpu_check: hard time limit reached; see $OUTDIR/gpu_check.json"
 exit "$rc"

@@ -1,8 +1,8 @@
-"""The mini-replication (``benchmarks/mini_replication.py``) in its CI form: ``--smoke`` runs the
-whole pipeline -- generated data, a tokenizer, our preprocessing, base pretraining and one
-EndPrompt fine-tuning under torchrun (2 CPU ranks), export, evaluation (RULER niah_single_1,
-passkey, PPL), statistics, tables and figure -- at the tiniest sizes. The full form (the README
-tables) is run by hand: ``make replicate`` / ``--seeds 3 --sweep``."""
+"""The mini-replication (``benchmarks/replication/mini_replication.py``) in its CI form:
+``--smoke`` runs the whole pipeline -- generated data, a tokenizer, our preprocessing, base
+pretraining and one EndPrompt fine-tuning under torchrun (2 CPU ranks), export, evaluation
+(RULER niah_single_1, passkey, PPL), statistics, tables and figure -- at the tiniest sizes. The
+full form (the README tables) is run by hand: ``make replicate`` / ``--seeds 3 --sweep``."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH = os.path.join(ROOT, "benchmarks")
-SCRIPT = os.path.join(BENCH, "mini_replication.py")
-sys.path.insert(0, BENCH)
+from benchmarks.replication import controls
+from benchmarks.replication import data
+from benchmarks.replication import layouts
+from benchmarks.replication import mini_replication as mini
+from benchmarks.replication import report
+from benchmarks.replication import run
+from benchmarks.replication import stats
 
-import mini_replication as mini  # noqa: E402
-import replication_data as data  # noqa: E402
-import replication_report as report  # noqa: E402
-import replication_run as run  # noqa: E402
-import replication_stats as stats  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_method_layouts_are_the_documented_ones():
@@ -145,8 +144,9 @@ def test_inconsistent_windows_are_refused_in_one_line(flags, names, tmp_path, ca
 def test_smoke_run_end_to_end(tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, SCRIPT, "--smoke", "--workdir", str(tmp_path / "work"),
-         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [sys.executable, "-m", "benchmarks.replication.mini_replication", "--smoke",
+         "--workdir", str(tmp_path / "work"), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     cfg = res["config"]
@@ -174,7 +174,6 @@ def test_smoke_run_end_to_end(tmp_path):
 
 
 # -- issue 24: controls, held-out columns, paired differences --------------------------------
-import replication_controls as controls  # noqa: E402
 
 
 def test_d0_is_d_with_contiguous_positions(run_tool, spm_args, tmp_path):
@@ -249,7 +248,6 @@ def test_a_method_whose_data_has_another_layout_is_refused(run_tool, spm_args, t
     or (d0) with its jumps left in, is one error line naming the method."""
     from spm_layout import SPM_B, SPM_L, SPM_P
 
-    import replication_layouts as layouts
     from megatron_endprompt.cli import preprocess as preprocess_cli
 
     c = {"L": SPM_L, "P": SPM_P, "prompt_w": 0.1}
@@ -296,8 +294,6 @@ def test_held_out_tasks_run_only_at_lengths_their_prompt_fits(llama3_tokenizer_d
     """The main-table run stopped at the base row: at L0 = 320, ``niah_multivalue`` and
     ``niah_multiquery`` need more tokens than 320. Each held-out task now runs at the lengths
     its smallest prompt fits (the evaluator's own check); the others are reported as not run."""
-    import replication_run as run
-
     tasks = ["niah_multikey_2", "niah_multivalue", "niah_multiquery"]
     fits = run.held_out_lengths(llama3_tokenizer_dir, tasks, [48, 4096])
     assert fits == {t: [4096] for t in tasks}  # 48 tokens hold no prompt; 4096 hold each

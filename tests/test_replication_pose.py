@@ -4,18 +4,11 @@ cut, a position skip ``U{0..L-P}``, every position ``<= L - 1``; fixed seeds."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 from spm_layout import SPM_L, SPM_P
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks"))
-
-import replication_pose as pose
-
+from benchmarks.replication import pose
 from megatron_endprompt.data.sidecar_checks import check_records
 from megatron_endprompt.layout import LayoutConfig, positions_from_record
 

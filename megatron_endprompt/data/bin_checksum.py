@@ -20,7 +20,8 @@ before this field existed (the field is empty there: nothing is checked, the sid
 readable; rebuild it to get the checksums — no format-version change).
 
 Cost: one sequential read of the ``.bin`` at write time and at first use (measured in
-``benchmarks/bin_checksum.py``; zlib's CRC-32 runs at several GB/s, so the read dominates).
+``benchmarks/data_path/bin_checksum.py``; zlib's CRC-32 runs at several GB/s, so the read
+dominates).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Megatron's ``compute_activation_memory`` (Korthikanti et al. 2022, Table 2) char
 shape, selective recompute or flash attention (no ``S x S`` term) and sequence parallelism.
 Llama models break the first two, so the planner counts the saved tensors of Megatron-Core's
 own layers instead -- an inventory read off what ``torch.autograd.graph.saved_tensors_hooks``
-sees in a step (``benchmarks/bench_step_time.py``), ``q = n d``, ``kv = g d``, ``f`` = SwiGLU
+sees in a step (``benchmarks/step_time/bench.py``), ``q = n d``, ``kv = g d``, ``f`` = SwiGLU
 width, per token of one micro-batch row (values in the activation dtype unless noted):
 
 ``attention="flash"`` (the GPU plan: Transformer Engine spec, flash/fused attention)

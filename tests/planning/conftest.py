@@ -1,27 +1,22 @@
-"""Fixtures of the planner tests: tiny CPU models built the way ``benchmarks/step_time_models.py``
-builds them (local spec, fp32), on a single-process gloo Megatron."""
+"""Fixtures of the planner tests: tiny CPU models built the way
+``benchmarks/step_time/models.py`` builds them (local spec, fp32), on a single-process gloo
+Megatron."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import pytest
 import torch
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+from benchmarks.step_time import measure as step_time_measure
+from benchmarks.step_time import models as step_time_models
 
 
 @pytest.fixture(scope="module")
 def bench_modules():
-    """``(step_time_models, step_time_measure)`` imported from ``benchmarks/``."""
-    sys.path.insert(0, os.path.abspath(BENCH))
-    try:
-        import step_time_measure
-        import step_time_models
-    finally:
-        sys.path.remove(os.path.abspath(BENCH))
+    """``(step_time_models, step_time_measure)``: ``benchmarks.step_time.models`` and
+    ``benchmarks.step_time.measure``."""
     return step_time_models, step_time_measure
 
 

@@ -1,5 +1,5 @@
 """CPU calibration: the planner's activation and FLOP figures against what
-``benchmarks/bench_step_time.py`` measures on the same tiny models -- saved-tensor bytes
+``benchmarks/step_time/bench.py`` measures on the same tiny models -- saved-tensor bytes
 (``torch.autograd.graph.saved_tensors_hooks``) and ``FlopCounterMode`` FLOPs of one step --
 within 10%, for GQA and multi-head attention, tied and untied embeddings, at ``P`` and ``L``."""
 

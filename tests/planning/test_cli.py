@@ -63,12 +63,12 @@ def test_tool_script_runs():
 
 
 def test_plan_vs_measured_runs_on_cpu(tmp_path):
-    """``benchmarks/plan_vs_measured.py`` (what ``gpu_check.sh`` runs on CUDA) in its CPU form:
-    the local-spec prediction beside the measured saved-tensor bytes, ratio 1."""
+    """``benchmarks/step_time/plan_vs_measured.py`` (what ``gpu_check.sh`` runs on CUDA) in its
+    CPU form: the local-spec prediction beside the measured saved-tensor bytes, ratio 1."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("MASTER_PORT", None)  # a port of this session's gloo group: let the script pick
     out = tmp_path / "pvm.json"
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plan_vs_measured.py"),
+    res = subprocess.run([sys.executable, "-m", "benchmarks.step_time.plan_vs_measured",
                           "--device", "cpu", "--threads", "1", "--hidden", "64", "--layers", "1",
                           "--vocab", "256", "--seq-length", "32", "--out", str(out)],
                          capture_output=True, text=True, env=env, timeout=300)

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 import torch
-from motif_data import write_motif_prefix
+
+from megatron_endprompt.data.motif_corpus import write_motif_prefix
 
 from megatron_endprompt.launch import free_port
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from motif_data import write_motif_prefix
+
+from megatron_endprompt.data.motif_corpus import write_motif_prefix
 
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
 

@@ -1,5 +1,6 @@
 """A learnable NullTokenizer corpus (short repeated motifs) preprocessed into an EndPrompt
-prefix: the training and conversion tests' data. ``tests/`` is on ``sys.path`` under pytest."""
+prefix: the data of the training and conversion tests and of ``benchmarks/gpu_check.sh``'s
+training stages (no tokenizer file, no download)."""
 
 from __future__ import annotations
 

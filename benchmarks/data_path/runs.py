@@ -1,4 +1,4 @@
-"""The preprocessing runs of ``bench_data_path.py``: input, tokenizers, alternating timed runs.
+"""The preprocessing runs of ``data_path/bench.py``: input, tokenizers, alternating timed runs.
 
 Each tool runs as a user runs it (a fresh interpreter, the same input, tokenizer and
 ``--workers``): Megatron-LM's ``tools/preprocess_data.py`` (or a replica of its loop without
@@ -19,10 +19,9 @@ import subprocess
 import sys
 import time
 
-from megatron_loop_replica import replica_preprocess
+from benchmarks.data_path.megatron_loop_replica import replica_preprocess
+from benchmarks.paths import REPO
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 #: our variants: result key -> --tokenizer-backend
 OURS = {"ours_hf": "hf", "ours": "tiktoken"}
 

@@ -1,4 +1,4 @@
-"""Model set-up of bench_step_time.py: the single-process Megatron world, the Llama-style
+"""Model set-up of step_time/bench.py: the single-process Megatron world, the Llama-style
 config and layer spec (local on CPU, Transformer Engine on CUDA), stock / A-A / EndPrompt models
 with shared weights, and EndPrompt batches."""
 

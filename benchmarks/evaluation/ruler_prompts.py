@@ -1,6 +1,6 @@
 """Time to build RULER prompts (haystack fit + render + tokenize) per task and length.
 
-    python benchmarks/bench_ruler_prompts.py --tokenizer HF_DIR --lengths 16384,65536
+    python -m benchmarks.evaluation.ruler_prompts --tokenizer HF_DIR --lengths 16384,65536
 
 Prints seconds per task x length for one sample (the binary search dominates) and the prompt
 length reached. CPU only; no model runs.

@@ -1,4 +1,4 @@
-"""Measurement helpers of bench_step_time.py: timing (interleaved rounds, paired ratios),
+"""Measurement helpers of step_time/bench.py: timing (interleaved rounds, paired ratios),
 activation / parameter / CUDA peak memory, FLOPs, per-call RoPE costs and op profiles."""
 
 from __future__ import annotations

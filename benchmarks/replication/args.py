@@ -1,4 +1,5 @@
-"""Command line of ``benchmarks/mini_replication.py`` (kept apart so that file stays short)."""
+"""Command line of ``benchmarks/replication/mini_replication.py`` (kept apart so that file
+stays short)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-digits", action=argparse.BooleanOptionalAction, default=None,
                    help="SentencePiece split_digits (a digit per token, as Llama-2; the "
                         "default): the base then retrieves ~100%% at L0; --no-split-digits: "
-                        "merged digit groups, the earlier published base (benchmarks/README.md)")
+                        "merged digit groups, the earlier published base "
+                        "(benchmarks/replication/README.md, Archive)")
     for flag, key, typ in (("--base-iters", "base_iters", int), ("--ft-iters", "ft_iters", int),
                            ("--ft-lr", "ft_lr", float), ("--ft-docs", "ft_docs", int),
                            ("--pi-factor", "ratio", int), ("--terminal-length", "terminal", int),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import replication_data as data
+from benchmarks.replication import data
 
 #: Methods whose training data is a plain prefix (contiguous positions, Megatron's packing).
 PLAIN_STREAM = ("a1", "g1n")

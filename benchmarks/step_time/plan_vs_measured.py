@@ -1,13 +1,13 @@
 """The planner's memory prediction beside what one training step really holds.
 
-Builds the model of ``benchmarks/bench_step_time.py`` (``step_time_models``: Llama-style
+Builds the model of ``benchmarks/step_time/bench.py`` (``step_time.models``: Llama-style
 Megatron-Core GPT, one rank; CUDA: Transformer Engine spec, bf16, TE fused RoPE and flash/fused
 attention; CPU: local spec, fp32, explicit causal mask) as an ``EndPromptGPTModel``, runs one
 warm-up step (gradients allocated, as in steady-state training; no optimizer), then measures,
 for EndPrompt at ``P`` (shared layout, ``--micro-batch``) and full-length at ``L = ratio x P``
 (contiguous positions, ``--long-micro-batch``):
 
-* saved-tensor bytes of one step (``step_time_measure.activation_bytes``:
+* saved-tensor bytes of one step (``step_time.measure.activation_bytes``:
   ``torch.autograd.graph.saved_tensors_hooks``, distinct storages, parameters excluded) vs the
   planner's activations (:class:`megatron_endprompt.planning.ActivationModel`, ``flash`` on
   CUDA -- with ``swiglu_fusion=False``, as the benchmark turns Megatron's fusion off -- and
@@ -16,8 +16,9 @@ for EndPrompt at ``P`` (shared layout, ``--micro-batch``) and full-length at ``L
   vs the planner's peak: weights (bf16) + gradients (bf16 ``.grad``; no fp32 ``main_grad``, no
   optimizer here) + activations + the logits' bf16 transient.
 
-    python benchmarks/plan_vs_measured.py --device cuda --hidden 2048 --layers 16 --heads 32 \\
-        --groups 8 --ffn 8192 --vocab 128256 --tie-embeddings --seq-length 8192 --ratio 4
+    python -m benchmarks.step_time.plan_vs_measured --device cuda --hidden 2048 --layers 16 \\
+        --heads 32 --groups 8 --ffn 8192 --vocab 128256 --tie-embeddings --seq-length 8192 \\
+        --ratio 4
 
 (``benchmarks/gpu_check.sh`` runs this; on CPU use tiny sizes, e.g. the defaults.) Writes
 ``--out`` (JSON) and prints one line per figure: predicted, measured, ratio.
@@ -28,15 +29,12 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-from step_time_measure import activation_bytes, step, write_json  # noqa: E402
-from step_time_models import (  # noqa: E402
+from benchmarks.paths import OUT
+from benchmarks.step_time.measure import activation_bytes, step, write_json
+from benchmarks.step_time.models import (
     add_model_args,
     build_models,
     make_batch,
@@ -53,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--long-micro-batch", type=int, default=1)
     p.add_argument("--skip-long", action="store_true", help="measure P only")
-    p.add_argument("--out", default=os.path.join(HERE, "out", "plan_vs_measured.json"))
+    p.add_argument("--out", default=os.path.join(OUT, "plan_vs_measured.json"))
     args = p.parse_args(argv)
     resolve_model_args(p, args)
     return args

@@ -1,5 +1,5 @@
-"""Tables and the 1T-token / 1,000-rank projection of ``bench_startup.py``'s JSON results
-(``bench_startup.py --report``)."""
+"""Tables and the 1T-token / 1,000-rank projection of ``startup/bench.py``'s JSON results
+(``startup/bench.py --report``)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ Stages (each a subprocess with its own time limit, cut to what is left of the to
    ``megatron_endprompt.runtime.install()`` on the real GPU: wheel fixes in, TE RoPE router in
    (when TE is there), CPU layer *not* installed, ``compile_helpers()`` returns.
 2. ``pytest_gpu``: ``pytest -m gpu tests/gpu`` (TE fused RoPE vs unfused, TE model at bf16).
-3. ``bench``: ``bench_step_time.py`` on a ~1B Llama (Llama-3.2-1B shape: h 2048, 16 layers,
-   32 heads / 8 KV groups, SwiGLU 8192, vocab 128256, tied), TE spec, bf16, TE fused RoPE,
-   full activation recompute on both sides: EndPrompt at P=8192 vs full-length at L=65536
+3. ``bench``: ``benchmarks.step_time.bench`` on a ~1B Llama (Llama-3.2-1B shape: h 2048,
+   16 layers, 32 heads / 8 KV groups, SwiGLU 8192, vocab 128256, tied), TE spec, bf16, TE fused
+   RoPE, full activation recompute on both sides: EndPrompt at P=8192 vs full-length at L=65536
    (micro-batch 1): step-time ratio and ``max_memory_allocated`` ratio beside the FLOP ideal.
 4. ``train_shared`` / ``train_mixed``: ~20 iterations through
    ``python -m megatron_endprompt.training.pretrain`` (torchrun, 1 GPU, NCCL) with the TE spec,
@@ -38,8 +38,8 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from benchmarks.paths import OUT, REPO
+
 TOTAL_BUDGET_S = 470  # the shell wrapper's own set-up comes on top: 8 minutes in all
 
 #: The ~1B Llama of the P-vs-L measurement (Llama-3.2-1B's shape).
@@ -96,8 +96,7 @@ print("ENV_JSON " + json.dumps(out))
 
 DATA_SCRIPT = r"""
 import sys
-sys.path.insert(0, "tests")
-from motif_data import write_motif_prefix
+from megatron_endprompt.data.motif_corpus import write_motif_prefix
 root, placement = sys.argv[1], sys.argv[2]
 print(write_motif_prefix(root, seq_length=int(sys.argv[3]), target_length=int(sys.argv[4]),
                          vocab=int(sys.argv[5]), docs=400, placement=placement))
@@ -311,7 +310,7 @@ def train_args(prefix: str, cache: str, *, grad_accum_fusion: bool = True) -> li
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default=os.path.join(HERE, "out"))
+    p.add_argument("--out-dir", default=OUT)
     p.add_argument("--dry-run", action="store_true", help="no GPU: prepare data, plan stages")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="no GPU: run env + the training stages on the CPU runtime, tiny model")
@@ -342,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "bench" in want:
         bench_json = os.path.join(a.out_dir, "step_time_gpu.json")
-        cmd = [py, os.path.join(HERE, "bench_step_time.py"), "--device", "cuda", *BENCH_MODEL,
+        cmd = [py, "-m", "benchmarks.step_time.bench", "--device", "cuda", *BENCH_MODEL,
                "--seq-length", str(BENCH_P), "--ratio", str(BENCH_RATIO), "--micro-batch", "2",
                "--long-micro-batch", "1", "--iters", "5", "--warmup", "2", "--iters-long", "2",
                "--no-aa-control", "--recompute", "--peak-tflops", "989", "--out", bench_json]
@@ -383,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "plan" in want:  # the planner's prediction beside max_memory_allocated (calibration)
         plan_json = os.path.join(a.out_dir, "plan_vs_measured.json")
-        cmd = [py, os.path.join(HERE, "plan_vs_measured.py"), "--device", "cuda", *BENCH_MODEL,
-               "--seq-length", str(BENCH_P), "--ratio", "4", "--micro-batch", "2",
+        cmd = [py, "-m", "benchmarks.step_time.plan_vs_measured", "--device", "cuda",
+               *BENCH_MODEL, "--seq-length", str(BENCH_P), "--ratio", "4", "--micro-batch", "2",
                "--long-micro-batch", "1", "--out", plan_json]
         stage(run, "plan", 120, cmd, parse_json_file(plan_json), a.dry_run)
 

@@ -31,7 +31,7 @@ an existing corpus (samples composed from pieces of the ``.bin``, :mod:`.data.sp
 one run, a few bytes of ``sources``) and ``pieces`` (one sample per document, two pieces each,
 context and the document's own tail: 40 bytes of ``sources`` per sample).
 
-    .venv/bin/python benchmarks/bench_startup.py --docs 1000000 10000000 [--repeat 2] \
+    .venv/bin/python -m benchmarks.startup.bench --docs 1000000 10000000 [--repeat 2] \
         [--sidecars stored pieces windows]
 """
 
@@ -45,7 +45,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.paths import OUT, REPO
+from benchmarks.startup.report import report
+
 P, L, B, VOCAB = 8192, 65536, 512, 128000
 
 
@@ -221,9 +223,10 @@ def run_child(kind: str, prefix: str, cache: str, docs: int, name: str | None = 
     from megatron_endprompt.data.sidecar import sidecar_path
 
     evict([prefix + ".idx", sidecar_path(prefix, name), cache])
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--prefix", prefix,
-                          "--cache", cache, "--docs", str(docs)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.startup.bench", "--child", kind,
+                          "--prefix", prefix, "--cache", cache, "--docs", str(docs)]
                          + (["--name", name] if name else []), env=env, check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -296,8 +299,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--workdir", default=os.path.join(HERE, "out", "startup"))
-    p.add_argument("--out", default=os.path.join(HERE, "out", "startup.json"))
+    p.add_argument("--workdir", default=os.path.join(OUT, "startup"))
+    p.add_argument("--out", default=os.path.join(OUT, "startup.json"))
     p.add_argument("--keep", action="store_true", help="keep the synthetic corpora")
     p.add_argument("--later-repeat", type=int, default=1,
                    help="later starts per first start (their minimum is reported: at 10^8 "
@@ -318,8 +321,6 @@ def main() -> None:
         print(json.dumps(child(a.child, a.prefix, a.cache, a.docs[0], a.name)))
         return
     if a.report:
-        from startup_report import report
-
         print(report(a.report, a.before))
         return
     os.makedirs(a.workdir, exist_ok=True)
@@ -328,8 +329,6 @@ def main() -> None:
     with open(a.out, "w") as f:
         json.dump({"P": P, "L": L, "vocab": VOCAB, "runs": results}, f, indent=1)
     print(f"wrote {a.out}\n")
-    from startup_report import report
-
     print(report([a.out]))
     if not a.keep:
         for n in a.docs:
@@ -341,5 +340,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(HERE))
     main()

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import replication_controls as controls
-import replication_pose as pose
-import replication_run as run
+
+from benchmarks.replication import controls
+from benchmarks.replication import pose
+from benchmarks.replication import run
 
 #: Methods trained on plain Megatron data (contiguous positions, no sidecar).
 PLAIN = ("b", "h", *controls.PLAIN_STREAM)
@@ -65,7 +66,7 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     def need(ok, why: str) -> None:
         if not ok:
             raise SystemExit(f"error: method ({m}): {prefix}: {why}; its layout is broken "
-                             "(benchmarks/replication_layouts.py)")
+                             "(benchmarks/replication/layouts.py)")
     if m in PLAIN:
         need(not os.path.exists(sidecar_path(prefix)), "plain data has a sidecar")
         lengths = np.asarray(IndexReader(prefix + ".idx").sequence_lengths)

@@ -1,5 +1,5 @@
 """An in-process replica of Megatron-LM's ``tools/preprocess_data.py`` loop, for
-``bench_data_path.py`` runs without a Megatron-LM checkout (``--megatron-lm`` absent).
+``data_path/bench.py`` runs without a Megatron-LM checkout (``--megatron-lm`` absent).
 
 Written here from the script's behaviour (never copied): a ``multiprocessing.Pool`` of
 ``workers`` processes, each building Megatron's tokenizer once, ``imap(encode, lines, 32)``,

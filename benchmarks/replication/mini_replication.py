@@ -1,19 +1,19 @@
 """Mini-replication of EndPrompt's claim on a CPU, one command (``make replicate``).
 
-    .venv/bin/python benchmarks/mini_replication.py              # one seed, main table
-    .venv/bin/python benchmarks/mini_replication.py --seeds 3 --sweep   # the README's full run
-    .venv/bin/python benchmarks/mini_replication.py --smoke      # CI form (< 1 min): (f)
-                                                                 # trained, every layout checked
+    .venv/bin/python -m benchmarks.replication.mini_replication          # one seed, main table
+    .venv/bin/python -m benchmarks.replication.mini_replication --seeds 3 --sweep  # full run
+    .venv/bin/python -m benchmarks.replication.mini_replication --smoke  # CI form (< 1 min):
+                                                      # (f) trained, every layout checked
 
 A small Llama is pretrained once at a short window ``L0`` on generated documents whose end
-recalls a fact stated before it (``replication_data.py``; the base is cached in the work
+recalls a fact stated before it (``data.py``; the base is cached in the work
 directory and reused by every seed and method), then extended to ``L = s x L0`` with linear
 position interpolation ``s`` in every method, from the same fine-tuning documents (``P`` to
 ``L - 1`` tokens + EOD, uniformly; the fact in the first ``fact_span`` tokens, the recall at
 the end), with the same number of optimizer steps and the same number of samples (one per
 document) per step. The lengths vary so that full-length fine-tuning sees fact-recall
 distances from ~``P`` to ``L``: with every document ``L - 1`` long it saw only ~``L`` and lost
-retrieval at ``L0`` (``benchmarks/README.md``).
+retrieval at ``L0`` (``benchmarks/replication/README.md``, Archive).
 
 (a) **PI only**: the base checkpoint exported with ``s``; no training.
 (b) **full-length fine-tuning**: each document whole, one per sequence of ``L`` tokens (plain
@@ -23,7 +23,7 @@ retrieval at ``L0`` (``benchmarks/README.md``).
     first ``a = P - b`` tokens at ``0..a-1`` and its last ``b`` tokens (the recall) at
     ``L-b..L-1``.
 (d) **EndPrompt random**: as (c), the terminal starting uniformly in ``[a, L-b]``.
-(e) **PoSE** as PoSE's ``train_pose.py`` (``replication_pose.py``, cited there): per
+(e) **PoSE** as PoSE's ``train_pose.py`` (``pose.py``, cited there): per
     document, a first chunk of ``U{1..ceil(P/2)}`` tokens, then -- after a text skip of
     ``U{0..n-P}`` tokens and a position skip of ``U{0..L-P}`` -- the rest of the ``P``-token
     window; uniform loss, no anchoring. (The old two-piece (e) of the committed 3-seed table
@@ -37,13 +37,13 @@ retrieval at ``L0`` (``benchmarks/README.md``).
 (g) trains on ``P``-token windows of the documents' stream, which rarely hold a fact and its
 recall; (e) on one PoSE sample per document (its fact, in the first chunk only when
 ``r1`` reaches it; its recall, in the second only when the text skip leaves it at the end).
-Controls (d0), (a1), (g1p), (g1n): ``replication_controls.py``; the paired-by-seed
+Controls (d0), (a1), (g1p), (g1n): ``controls.py``; the paired-by-seed
 differences (d)-(b), (d)-(d0), (g1p)-(g1n) go to ``results["paired"]``.
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
 with 2 CPU ranks, the converter, the evaluator: RULER ``niah_single_1`` and landmark passkey,
 ``samples`` prompts per cell, per-document PPL). Base row: the base exported with ``s = 1``.
-Statistics: ``replication_stats.py``; tables and figure: ``replication_report.py``. Results:
+Statistics: ``stats.py``; tables and figure: ``report.py``. Results:
 ``benchmarks/out/mini_replication{.json,.md,.png}`` (``--smoke``: ``*_smoke``).
 """
 
@@ -55,17 +55,15 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import replication_controls as controls  # noqa: E402
-from replication_args import build_parser  # noqa: E402,F401 - mini.build_parser stays
-import replication_data as data  # noqa: E402
-import replication_layouts as layouts  # noqa: E402
-import replication_pose as pose  # noqa: E402
-import replication_report as report  # noqa: E402
-import replication_run as run  # noqa: E402
-import replication_stats as stats  # noqa: E402
+from benchmarks.paths import OUT
+from benchmarks.replication import controls
+from benchmarks.replication import data
+from benchmarks.replication import layouts
+from benchmarks.replication import pose
+from benchmarks.replication import report
+from benchmarks.replication import run
+from benchmarks.replication import stats
+from benchmarks.replication.args import build_parser  # noqa: F401 - mini.build_parser stays
 
 METHODS = {
     "a": "PI only (no training)",
@@ -102,7 +100,7 @@ SIZES = {
                   terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
                   lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
                   # one method trained end to end (~40 s a torchrun on 2 busy cores); every
-                  # method's data built and checked for its layout (replication_layouts.py)
+                  # method's data built and checked for its layout (layouts.py)
                   methods="f", held_out="niah_multikey_2", check_all=True),
 }
 #: Configuration that shapes the base checkpoint (its cache key).
@@ -302,9 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         i = argv.index("--length-grid")
         rest = argv[:i] + argv[i + 2:]
-        here = os.path.dirname(os.path.abspath(__file__))
         stem = os.path.splitext(args.out or os.path.join(
-            here, "out", "mini_replication" + ("_smoke" if args.smoke else "")))[0]
+            OUT, "mini_replication" + ("_smoke" if args.smoke else "")))[0]
         for L in (int(x) for x in args.length_grid.split(",")):
             main([*rest, "--target-length", str(L), "--lengths", f"{L // 2},{L}",
                   "--out", f"{stem}_L{L}.json"])
@@ -326,11 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"--terminal-length = {c['P'] - c['terminal']}: EndPrompt keeps a "
                          "document's first P - b tokens, which must hold the fact")
     suffix = "_smoke" if args.smoke else ""
-    here = os.path.dirname(os.path.abspath(__file__))
-    work = os.path.abspath(args.workdir or os.path.join(here, "out",
-                                                        f"mini_replication_work{suffix}"))
-    out_json = os.path.abspath(args.out or os.path.join(here, "out",
-                                                        f"mini_replication{suffix}.json"))
+    work = os.path.abspath(args.workdir or os.path.join(OUT, f"mini_replication_work{suffix}"))
+    out_json = os.path.abspath(args.out or os.path.join(OUT, f"mini_replication{suffix}.json"))
     os.makedirs(work, exist_ok=True)
     os.makedirs(os.path.dirname(out_json), exist_ok=True)
     from megatron_endprompt.compat import quiet_megatron_import_noise
@@ -339,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.time()
     rep = Replication(c, work, args.resume)
     timings: dict[str, float] = {}
-    results: dict = {"command": "benchmarks/mini_replication.py " + " ".join(
+    results: dict = {"command": "python -m benchmarks.replication.mini_replication " + " ".join(
         argv if argv is not None else sys.argv[1:]),
         "config": {**c, "seeds": args.seeds, "methods": methods},
         "methods": {}}

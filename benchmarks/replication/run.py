@@ -18,8 +18,8 @@ import resource
 import statistics
 import time
 
-import replication_pose as pose
-import replication_stats as stats
+from benchmarks.replication import pose
+from benchmarks.replication import stats
 
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
 from megatron_endprompt.errors import run_cli
@@ -123,7 +123,7 @@ def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> li
             "--terminal-loss-weight", f"{w:g}"]
     return {"c": ["--placement", "fixed", *tail],
             "d": ["--placement", "random", *tail],
-            "e": list(pose.PREPROCESS_FLAGS),  # then rewritten: replication_pose.py
+            "e": list(pose.PREPROCESS_FLAGS),  # then rewritten: pose.py
             "f": ["--placement", "random", "--pose-chunks", "2", *tail],
             "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
                   "ep1-3",  # the committed (g) results used the mixture, the old default

@@ -1,4 +1,4 @@
-"""The ceiling row of ``bench_data_path.py``: ``Tokenizer.encode_batch_fast`` alone.
+"""The ceiling row of ``data_path/bench.py``: ``Tokenizer.encode_batch_fast`` alone.
 
 Why: an upper bound for any preprocessing tool that uses the tokenizer unchanged -- the same
 documents, in memory, ``--workers`` rayon threads, no start-up, no I/O, no writing. If this
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.paths import REPO
 
 
 # -- the ceiling: bare Rust encoding ------------------------------------------------------
@@ -65,9 +65,9 @@ def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int, workers: int = 2)
 def time_ceiling(workers: int, trials: int, jsonl: str, tok_dir: str) -> dict:
     """The best of :func:`ceiling_child` over batch sizes, with ``workers`` rayon threads."""
     env = dict(os.environ, RAYON_RS_NUM_THREADS=str(workers),
-               PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     res = subprocess.run(
-        [sys.executable, "-c", "import sys, bench_ceiling as b; "
+        [sys.executable, "-c", "import sys, benchmarks.data_path.ceiling as b; "
          "b.ceiling_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))",
          jsonl, tok_dir, str(trials), str(workers)],
         env=env, check=True, capture_output=True, text=True)

@@ -2,7 +2,7 @@
 (``bin_block_crcs``, at write time; the same read as the full check at first use) and the time
 of the sampled per-start check, on a file of ``--gb`` GB (default 1) in ``--dir``.
 
-    python benchmarks/bin_checksum.py [--gb 1] [--dir /tmp]
+    python -m benchmarks.data_path.bin_checksum [--gb 1] [--dir /tmp]
 
 The first pass may be served from disk, later ones from the page cache: both are printed."""
 

@@ -64,7 +64,7 @@ and ``ratio`` endprompt steps (their median kept), give the paired ratio).
 On CUDA it also prints tokens/s and MFU = tokens/s x (``F(S)/S``) / peak, peak = ``--peak-tflops``
 (989 TFLOP/s: H200 dense bf16).
 
-    .venv/bin/python benchmarks/bench_step_time.py --device cpu --threads 1 --hidden 256 \\
+    .venv/bin/python -m benchmarks.step_time.bench --device cpu --threads 1 --hidden 256 \\
         --layers 4 --seq-length 512 --ratio 8 --micro-batch 2 --long-micro-batch 1 \\
         --iters 30 --warmup 3 --iters-long 3
 
@@ -84,14 +84,12 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)  # the helper modules beside this script
-from step_time_measure import (  # noqa: E402
+from benchmarks.paths import OUT
+from benchmarks.step_time.measure import (
     activation_bytes, cuda_peak_bytes, interleaved, op_profile, paired, param_grad_bytes,
     rope_path_costs, summarize, train_flops, write_json,
 )
-from step_time_models import (  # noqa: E402
+from benchmarks.step_time.models import (
     add_model_args,
     build_models,
     make_batch,
@@ -117,7 +115,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--recompute", action="store_true",
                    help="full activation recompute of every layer (both P and L), so a ~1B "
                         "model's full-length step at L=65536 fits one GPU")
-    p.add_argument("--out", default=os.path.join(HERE, "out", "step_time.json"))
+    p.add_argument("--out", default=os.path.join(OUT, "step_time.json"))
     args = p.parse_args(argv)
     resolve_model_args(p, args)
     if args.recompute and args.device != "cuda":

@@ -1,8 +1,8 @@
 """Tables and figure of the mini-replication, from its results JSON only (so a committed JSON
-re-renders them: ``python benchmarks/replication_report.py RESULTS.json``).
+re-renders them: ``python -m benchmarks.replication.report RESULTS.json``).
 
 Main table: one row per method (the base at ``s = 1`` first), accuracy per task and length as
-``mean [95% interval]`` in percent (intervals: ``replication_stats``), PPL per length, tokens
+``mean [95% interval]`` in percent (intervals: ``stats``), PPL per length, tokens
 per step, step time and peak RSS relative to full-length fine-tuning (b). Sweep table: the best
 placement with one knob changed, one seed. Figure: accuracy against length per method with
 interval bands (one panel per task) and PPL against length.
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-import replication_stats as stats
+from benchmarks.replication import stats
 
 TASKS = ("niah_single_1", "passkey")
 #: Held-out RULER tasks (no fine-tuning document holds them); shown where the JSON has them.

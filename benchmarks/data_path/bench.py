@@ -46,7 +46,7 @@ Targets (issue 26): preprocessing >= 5x Megatron-LM's ``preprocess_data.py``; (i
 dataset >= 0.9x ``GPTDataset``, sidecar <= 0.1% of ``.bin``. Prints a table and writes
 ``--out`` (JSON).
 
-    .venv/bin/python benchmarks/bench_data_path.py --megatron-lm /tmp/megatron-lm [--workers 2]
+    .venv/bin/python -m benchmarks.data_path.bench --megatron-lm /tmp/megatron-lm [--workers 2]
 """
 
 from __future__ import annotations
@@ -60,13 +60,9 @@ import shutil
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from bench_ceiling import time_ceiling  # noqa: E402
-from data_path_runs import build_gpt2_like, time_preprocessing, write_jsonl  # noqa: E402
-
-REPO = os.path.dirname(HERE)
+from benchmarks.data_path.ceiling import time_ceiling
+from benchmarks.data_path.runs import build_gpt2_like, time_preprocessing, write_jsonl
+from benchmarks.paths import OUT, REPO
 
 
 # -- datasets -----------------------------------------------------------------------------
@@ -124,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--passes", type=int, default=20, help="timed dataset passes (best)")
     p.add_argument("--long-line-mb", type=int, default=0,
                    help="also run ours on one JSONL line of this many MB (peak RSS)")
-    p.add_argument("--workdir", default=os.path.join(HERE, "out", "data_path"))
-    p.add_argument("--out", default=os.path.join(HERE, "out", "data_path.json"))
+    p.add_argument("--workdir", default=os.path.join(OUT, "data_path"))
+    p.add_argument("--out", default=os.path.join(OUT, "data_path.json"))
     args = p.parse_args(argv)
 
     from megatron_endprompt.compat import build_megatron_tokenizer, quiet_megatron_import_noise

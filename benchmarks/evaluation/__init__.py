@@ -1,0 +1,1 @@
+"""Evaluation-side timings: building RULER prompts (README.md here)."""

@@ -1,0 +1,1 @@
+"""Mini-replication of EndPrompt's claim on a CPU (README.md here; ``make replicate``)."""
