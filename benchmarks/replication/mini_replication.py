@@ -26,8 +26,7 @@ retrieval at ``L0`` (``benchmarks/replication/README.md``, Archive).
 (e) **PoSE** as PoSE's ``train_pose.py`` (``pose.py``, cited there): per
     document, a first chunk of ``U{1..ceil(P/2)}`` tokens, then -- after a text skip of
     ``U{0..n-P}`` tokens and a position skip of ``U{0..L-P}`` -- the rest of the ``P``-token
-    window; uniform loss, no anchoring. (The old two-piece (e) of the committed 3-seed table
-    trained on stream windows with the project's own cut/skip law and no text skip.)
+    window; uniform loss, no anchoring (the archived two-piece (e) had no text skip).
 (f) **ET(PoSE)**: (d) with ``--pose-chunks 2``.
 (g) **EndPrompt, prompt terminal**: ``--terminal-source prompt --placement fixed``, the
     built-in EP1-EP3 set, ``w = 0.1``: ``P``-token windows of the stream closed by a prompt.
