@@ -39,6 +39,7 @@ import sys
 import time
 
 from benchmarks.paths import OUT, REPO
+from megatron_endprompt.disk import write_text
 
 TOTAL_BUDGET_S = 470  # the shell wrapper's own set-up comes on top: 8 minutes in all
 
@@ -126,10 +127,7 @@ class Run:
         self.result["elapsed_s"] = round(time.monotonic() - self.start, 1)
         self.result["ok"] = all(s.get("status") in ("ok", "planned")
                                 for s in self.result["stages"].values())
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.result, f, indent=2, default=str)
-        os.replace(tmp, self.path)
+        write_text(self.path, json.dumps(self.result, indent=2, default=str))
 
 
 def run_cmd(cmd: list[str], *, timeout: float, log_path: str) -> tuple[int | None, str, float]:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import numpy as np
+from megatron_endprompt.disk import atomic_path
 
 from benchmarks.replication import data
 
@@ -34,11 +35,8 @@ def make_contiguous(sidecar: str) -> int:
     records[:, 1] = records[:, 0]  # terminal start = context length: positions 0..P-1
     sources = None if sc.sources is None else np.array(sc.sources, dtype=np.int64)
     header = sc.header
-    tmp = sidecar + ".tmp"
-    write_sidecar(tmp, header, records, sources)
-    import os
-
-    os.replace(tmp, sidecar)
+    with atomic_path(sidecar, fsync=False) as tmp:
+        write_sidecar(tmp, header, records, sources)
     return len(records)
 
 

@@ -38,6 +38,7 @@ from megatron_endprompt.evaluation import passkey as PK
 from megatron_endprompt.evaluation.ruler_niah import niah_template
 from megatron_endprompt.evaluation.ruler_sources import random_value
 from megatron_endprompt.evaluation.ruler_spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
+from megatron_endprompt.disk import atomic_path
 
 KINDS = ("passkey", "niah", "fact")
 KIND_PROBS = (0.4, 0.4, 0.2)
@@ -115,13 +116,12 @@ def write_docs(path: str, *, num_docs: int, min_tokens: int, max_tokens: int, se
                probs: tuple[float, ...] = KIND_PROBS) -> str:
     """``num_docs`` JSONL documents ``{"text", "kind"}`` of ``min..max`` tokens."""
     rng = random.Random(f"replication:{seed}")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_path(path, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for _ in range(num_docs):
             kind = rng.choices(kinds, weights=probs)[0]
             n = rng.randint(min_tokens, max_tokens)
             f.write(json.dumps({"text": document(rng, kind, n, count, fact_span),
                                 "kind": kind}) + "\n")
-    os.replace(path + ".tmp", path)
     return path
 
 

@@ -44,6 +44,7 @@ from megatron_endprompt.data.indexed_io import IndexReader
 from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path, write_sidecar
 from megatron_endprompt.data.spans import pack_sources, token_stream_bounds
 from megatron_endprompt.layout import sample_rng
+from megatron_endprompt.disk import atomic_path
 
 #: The source read, as cited in the module docstring (stored with results).
 LAW = "dwzhu-pku/PoSE src/train_pose.py@a3d4ba8bd38e6615ba778d9a1061e380c8e69647"
@@ -128,7 +129,6 @@ def write_pose_sidecar(prefix: str, *, seed: int) -> dict:
             "position_skip_mean": float(np.mean(records[:, 1] - records[:, 0]))}
     header.stats = {**header.stats, "samples_written": len(records),
                     "tokens_in_samples": len(records) * (P + 1), "pose": pose}
-    tmp = path + ".pose-tmp"
-    write_sidecar(tmp, header, records, packed)
-    os.replace(tmp, path)
+    with atomic_path(path, fsync=False) as tmp:
+        write_sidecar(tmp, header, records, packed)
     return pose

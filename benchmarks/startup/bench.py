@@ -47,6 +47,7 @@ import time
 
 from benchmarks.paths import OUT, REPO
 from benchmarks.startup.report import report
+from megatron_endprompt.disk import atomic_path
 
 P, L, B, VOCAB = 8192, 65536, 512, 128000
 
@@ -87,8 +88,8 @@ def make_corpus(prefix: str, docs: int) -> None:
     header = SidecarHeader(layout=asdict(layout), terminal_source="continuation",
                            terminal_length=B, num_samples=docs, **data_fingerprint(prefix),
                            tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict())
-    write_sidecar(sidecar_path(prefix) + ".tmp", header, records)
-    os.replace(sidecar_path(prefix) + ".tmp", sidecar_path(prefix))
+    with atomic_path(sidecar_path(prefix), fsync=False) as tmp:
+        write_sidecar(tmp, header, records)
 
 
 def spans_name(layout: str) -> str:
@@ -137,8 +138,8 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
                            num_samples=n, **data_fingerprint(prefix),
                            tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict(),
                            sources={"kind": "spans", "layout": layout})
-    write_sidecar(path + ".tmp", header, records, sources)
-    os.replace(path + ".tmp", path)
+    with atomic_path(path, fsync=False) as out:
+        write_sidecar(out, header, records, sources)
     if tmp:
         del sources, body
         os.unlink(tmp)
