@@ -14,7 +14,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(default: all; --smoke: f, every layout checked)")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per method")
     p.add_argument("--sweep", action="store_true",
-                   help="also sweep b, w and s on the best placement (seed 0): second table")
+                   help="also sweep b, w and s on the best placement, on every --seeds seed, paired "
+                   "with the main table's runs: second table")
     p.add_argument("--workdir", default=None, help="default benchmarks/out/mini_replication_work"
                                                    " (_smoke); the base checkpoint is cached "
                                                    "there")

@@ -62,6 +62,7 @@ from benchmarks.replication import pose
 from benchmarks.replication import report
 from benchmarks.replication import run
 from benchmarks.replication import stats
+from benchmarks.replication import sweep
 from benchmarks.replication.args import build_parser  # noqa: F401 - mini.build_parser stays
 
 METHODS = {
@@ -314,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: --methods: unknown {bad}; choose from {','.join(METHODS)}")
     if args.seeds < 1:
         raise SystemExit("error: --seeds must be >= 1")
+    if args.sweep and not {"c", "d"} & set(methods):
+        raise SystemExit("error: --sweep varies the best of (c) and (d): add c or d to --methods")
     if not c["L0"] < c["L"] or not c["P"] < c["L"]:
         raise SystemExit(f"error: --target-length {c['L']} must exceed L0 = {c['L0']} and "
                          f"--seq-length {c['P']}")
@@ -376,15 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         t0 = time.time()
         place = best_placement(results["summary"], rep.L)
-        variants = {f"b={v}": dict(terminal=v) for v in c.get("sweep_b", (32, 128))}
-        variants["w=0.1"] = dict(w=0.1)
-        variants[f"s={2 * c['ratio']}"] = dict(s=2 * c["ratio"])
-        results["sweep"] = {"placement": place, "default": {
-            "terminal": c["terminal"], "w": c["w"], "s": c["ratio"]}, "runs": {}}
-        for label, kw in variants.items():
-            tag = f"sweep_{place}_{label.replace('=', '').replace('.', 'p')}"
-            e = rep.method(place, 0, tag=tag, **kw)
-            results["sweep"]["runs"][label] = {**e, "summary": stats.summarize({"0": e}, tasks)}
+        results["sweep"] = sweep.run_sweep(rep.method, c, results["methods"][place]["seeds"],
+                                           place, args.seeds, tasks)
         timings["sweep_s"] = time.time() - t0
     timings["total_s"] = time.time() - t_all
     results["timings_s"] = {k: round(v, 1) for k, v in timings.items()}

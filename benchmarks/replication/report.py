@@ -84,21 +84,21 @@ def paired_table(results: dict) -> str:
 
 
 def sweep_table(results: dict) -> str:
+    """The sweep's accuracy table (the default row is the main table's runs of the same
+    seeds), then each variant's difference from the default, paired by seed."""
     sw = results.get("sweep")
     if not sw:
         return ""
-    L = str(results["config"]["L"])
-    m = sw["placement"]
-    d = sw["default"]
-    head = ["run", *(f"{SHORT[t]} {n}" for t in TASKS for n in (str(results['config']['L0']),
-                                                                  L)), f"PPL {L}"]
+    L, L0 = str(results["config"]["L"]), str(results["config"]["L0"])
+    m, d = sw["placement"], sw["default"]
+    seeds = sw.get("seeds", 1)
+    head = ["run", *(f"{SHORT[t]} {n}" for t in TASKS for n in (L0, L)), f"PPL {L}"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base_runs = {"0": results["methods"][m]["seeds"]["0"]} if "0" in \
-        results["methods"].get(m, {}).get("seeds", {}) else {}
-    entries = [(f"({m}) b={d['terminal']}, w={d['w']:g}, s={d['s']} (main table, seed 0)",
-                stats.summarize(base_runs, TASKS) if base_runs else None)]
+    main = results["methods"].get(m, {}).get("seeds", {})
+    default_runs = {k: v for k, v in main.items() if k in {str(i) for i in range(seeds)}}
+    entries = [(f"({m}) b={d['terminal']}, w={d['w']:g}, s={d['s']} (main table)",
+                stats.summarize(default_runs, TASKS) if default_runs else None)]
     entries += [(f"({m}) {label}", r["summary"]) for label, r in sw["runs"].items()]
-    L0 = str(results["config"]["L0"])
     for label, s in entries:
         if s is None:
             continue
@@ -106,7 +106,19 @@ def sweep_table(results: dict) -> str:
         ppl = s.get("ppl", {}).get(L)
         cells.append(f"{ppl['mean']:.2f}" if ppl else "n/a")
         rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    diffs = ["", "| variant - default | task | length | mean (points) | 95% interval | seeds |",
+             "|---|---|---|---|---|---|"]
+    for label, r in sw["runs"].items():
+        for t in TASKS:
+            for n in (L0, L):
+                p = r.get("paired", {}).get(t, {}).get(n)
+                if not p:
+                    continue
+                ci = "n/a (1 seed)" if not p["t95"] else \
+                    f"[{100 * p['t95'][0]:+.0f}, {100 * p['t95'][1]:+.0f}]"
+                diffs.append(f"| ({m}) {label} | {SHORT.get(t, t)} | {n} | "
+                             f"{100 * p['mean']:+.1f} | {ci} | {len(p['per_seed'])} |")
+    return "\n".join(rows + (diffs if len(diffs) > 3 else []))
 
 
 def notes(results: dict) -> str:
@@ -193,8 +205,9 @@ def write_all(results: dict, out_json: str) -> list[str]:
             paired + "\n"
     sw = sweep_table(results)
     if sw:
-        text += f"\nSweep on the best placement ({results['sweep']['placement']}), one seed:\n\n" \
-                + sw + "\n"
+        n = results["sweep"].get("seeds", 1)
+        text += (f"\nSweep on the best placement ({results['sweep']['placement']}), {n} "
+                 f"seed(s):\n\n" + sw + "\n")
     with open(stem + ".md", "w", encoding="utf-8") as f:
         f.write(text)
     out = [stem + ".md"]
