@@ -71,8 +71,7 @@ def table(runs: list[dict]) -> str:
             for r in runs:
                 d = r.get("paired", {}).get(f"{x}-{y}", {}).get(t, {}).get(str(r["config"]["L"]))
                 cells.append("n/a" if not d else f"{100 * d['mean']:+.0f}" + (
-                    f" [{100 * d['t95'][0]:+.0f}, {100 * d['t95'][1]:+.0f}]" if d["t95"] else
-                    f" ({len(d['per_seed'])} seed)"))
+                    f" {stats.fmt_interval(d)}" if d["t95"] else f" ({len(d['per_seed'])} seed)"))
             rows.append(f"| ({x}) - ({y}) | {SHORT[t]} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

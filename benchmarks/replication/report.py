@@ -76,8 +76,7 @@ def paired_table(results: dict) -> str:
             for n, d in by_len.items():
                 if d is None:
                     continue
-                ci = "n/a (1 seed)" if d["t95"] is None else \
-                    f"[{100 * d['t95'][0]:+.0f}, {100 * d['t95'][1]:+.0f}]"
+                ci = stats.fmt_interval(d)
                 rows.append(f"| ({name.replace('-', ') - (')}) | {SHORT.get(t, t)} | {n} | "
                             f"{100 * d['mean']:+.1f} | {ci} | {len(d['per_seed'])} |")
     return "\n".join(rows)
@@ -114,8 +113,7 @@ def sweep_table(results: dict) -> str:
                 p = r.get("paired", {}).get(t, {}).get(n)
                 if not p:
                     continue
-                ci = "n/a (1 seed)" if not p["t95"] else \
-                    f"[{100 * p['t95'][0]:+.0f}, {100 * p['t95'][1]:+.0f}]"
+                ci = stats.fmt_interval(p)
                 diffs.append(f"| ({m}) {label} | {SHORT.get(t, t)} | {n} | "
                              f"{100 * p['mean']:+.1f} | {ci} | {len(p['per_seed'])} |")
     return "\n".join(rows + (diffs if len(diffs) > 3 else []))

@@ -113,3 +113,11 @@ def paired_difference(x: dict[str, dict], y: dict[str, dict], task: str,
         half = T975.get(s - 1, 1.96) * sd / math.sqrt(s)
         t = [max(-1.0, mean - half), min(1.0, mean + half)]
     return {"mean": mean, "per_seed": diffs, "t95": t}
+
+
+def fmt_interval(d: dict) -> str:
+    """A paired difference's Student-t 95% interval in signed points, ``[-3, +2]``; ``n/a (1
+    seed)`` without one."""
+    if not d.get("t95"):
+        return "n/a (1 seed)"
+    return f"[{100 * d['t95'][0]:+.0f}, {100 * d['t95'][1]:+.0f}]"
