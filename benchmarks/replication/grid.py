@@ -16,8 +16,8 @@ import json
 import sys
 
 from benchmarks.replication import stats
-from benchmarks.replication.report import SHORT, TASKS
-from megatron_endprompt.disk import atomic_path, write_text
+from benchmarks.replication.report import SHORT, TASKS, pyplot, save_figure
+from megatron_endprompt.disk import write_text
 
 METHODS = ("base", "b", "d", "d0", "f", "g1p", "g1n")
 PAIRS = (("d", "b"), ("d", "d0"), ("g1p", "g1n"))
@@ -77,13 +77,8 @@ def table(runs: list[dict]) -> str:
 
 
 def figure(runs: list[dict], path: str) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("warning: matplotlib is not installed; no figure", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return None
     Ls = [r["config"]["L"] for r in runs]
     fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4.5))
@@ -105,10 +100,7 @@ def figure(runs: list[dict], path: str) -> str | None:
         ax.set_xticks([], minor=True)
     axes[-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    with atomic_path(path, fsync=False) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 def main(argv: list[str]) -> int:

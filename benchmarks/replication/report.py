@@ -15,6 +15,7 @@ import os
 import sys
 
 from benchmarks.replication import stats
+from megatron_endprompt.disk import atomic_path, write_text
 
 TASKS = ("niah_single_1", "passkey")
 #: Held-out RULER tasks (no fine-tuning document holds them); shown where the JSON has them.
@@ -138,8 +139,9 @@ def notes(results: dict) -> str:
                         if k.startswith("seed") or k == "sweep_s") + ").")
 
 
-def figure(results: dict, path: str) -> str | None:
-    """Accuracy vs length per method with interval bands (a panel per task) + PPL vs length."""
+def pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend, or ``None`` (with one warning line)
+    where matplotlib is not installed: the tables are written either way."""
     try:
         import matplotlib
 
@@ -147,6 +149,23 @@ def figure(results: dict, path: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         print("warning: matplotlib is not installed; no figure", file=sys.stderr)
+        return None
+    return plt
+
+
+def save_figure(plt, fig, path: str) -> str:
+    """Write ``fig`` as PNG to ``path`` through a temporary (an interrupted write leaves the
+    previous figure intact) and close it."""
+    with atomic_path(path, fsync=False) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return path
+
+
+def figure(results: dict, path: str) -> str | None:
+    """Accuracy vs length per method with interval bands (a panel per task) + PPL vs length."""
+    plt = pyplot()
+    if plt is None:
         return None
     lengths = [int(n) for n in _lengths(results)]
     summ = results["summary"]
@@ -188,9 +207,7 @@ def figure(results: dict, path: str) -> str | None:
     fig.suptitle(f"Mini-replication: L0={c['L0']} -> L={c['L']} (s={c['ratio']}), "
                  f"{c['seeds']} seed(s), {c['samples']} prompts/cell, 95% bands")
     fig.tight_layout(rect=(0, 0.05 * -(-len(names) // ncol), 1, 1))  # room for the legend
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 def write_all(results: dict, out_json: str) -> list[str]:
@@ -206,8 +223,7 @@ def write_all(results: dict, out_json: str) -> list[str]:
         n = results["sweep"].get("seeds", 1)
         text += (f"\nSweep on the best placement ({results['sweep']['placement']}), {n} "
                  f"seed(s):\n\n" + sw + "\n")
-    with open(stem + ".md", "w", encoding="utf-8") as f:
-        f.write(text)
+    write_text(stem + ".md", text)
     out = [stem + ".md"]
     png = figure(results, stem + ".png")
     if png:
