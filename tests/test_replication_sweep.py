@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.replication import mini_replication, report, sweep
+from benchmarks.replication import mini_replication, report, stats, sweep
 
 C = {"terminal": 64, "w": 1.0, "ratio": 2, "sweep_b": [32, 80], "lengths": "320,640",
      "L": 640, "L0": 320}
@@ -53,3 +53,28 @@ def test_every_variant_runs_on_every_seed_paired_with_the_default():
 def test_sweep_without_c_or_d_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit, match="error: --sweep .* add c or d to --methods"):
         mini_replication.main(["--smoke", "--sweep", "--methods", "b"])
+
+
+def test_figure_draws_each_sweep_variant_dotted(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib")
+    default = {str(s): entry(s, 50 + 10 * s) for s in range(3)}
+    rec = sweep.run_sweep(lambda m, seed, *, tag, **kw: entry(seed, 40), C, default, "d", 3,
+                          TASKS)
+    results = {"config": {**C, "seeds": 3, "samples": 100}, "sweep": rec,
+               "methods": {"d": {"name": "EndPrompt random", "seeds": default}},
+               "summary": {"base": stats.summarize({"0": entry(0, 90)}, TASKS),
+                           "d": stats.summarize(default, TASKS)}}
+    drawn = {}
+
+    def keep(plt, fig, path):
+        drawn["fig"] = fig
+        return path
+
+    monkeypatch.setattr(report, "save_figure", keep)
+    assert report.figure(results, str(tmp_path / "f.png"))
+    for ax in drawn["fig"].axes[:3]:
+        styles = [(ln.get_label(), ln.get_linestyle()) for ln in ax.get_lines()
+                  if not ln.get_label().startswith("_")]
+        assert sorted(lab for lab, st in styles if st == ":") == \
+            ["(d) b=32", "(d) b=80", "(d) s=4", "(d) w=0.1"]
+        assert ("(d) EndPrompt random", "-") in styles and ("base, s=1", "--") in styles

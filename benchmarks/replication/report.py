@@ -4,8 +4,9 @@ re-renders them: ``python -m benchmarks.replication.report RESULTS.json``).
 Main table: one row per method (the base at ``s = 1`` first), accuracy per task and length as
 ``mean [95% interval]`` in percent (intervals: ``stats``), PPL per length, tokens
 per step, step time and peak RSS relative to full-length fine-tuning (b). Sweep table: the best
-placement with one knob changed, one seed. Figure: accuracy against length per method with
-interval bands (one panel per task) and PPL against length.
+placement with one knob changed, on each seed, and its difference from the default paired by
+seed. Figure: accuracy against length per method (sweep variants dotted) with interval bands
+(one panel per task) and PPL against length.
 """
 
 from __future__ import annotations
@@ -163,25 +164,30 @@ def save_figure(plt, fig, path: str) -> str:
 
 
 def figure(results: dict, path: str) -> str | None:
-    """Accuracy vs length per method with interval bands (a panel per task) + PPL vs length."""
+    """Accuracy vs length per method (and per sweep variant, dotted) with interval bands (a
+    panel per task) + PPL vs length."""
     plt = pyplot()
     if plt is None:
         return None
     lengths = [int(n) for n in _lengths(results)]
     summ = results["summary"]
-    labels = {"base": "base, s=1"}
-    labels.update({m: f"({m}) {e['name']}" for m, e in results["methods"].items()})
+    # (label, summary, line style): the base dashed, the methods solid, sweep variants dotted
+    curves = [("base, s=1", summ["base"], "--")]
+    curves += [(f"({m}) {e['name']}", summ[m], "-") for m, e in results["methods"].items()]
+    if "sweep" in results:
+        place = results["sweep"]["placement"]
+        curves += [(f"({place}) {label}", r["summary"], ":")
+                   for label, r in results["sweep"]["runs"].items()]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     for ax, task in zip(axes, TASKS):
-        for m, label in labels.items():
-            cells = [summ[m].get(task, {}).get(str(n)) for n in lengths]
+        for label, sm, style in curves:
+            cells = [sm.get(task, {}).get(str(n)) for n in lengths]
             xs = [n for n, cl in zip(lengths, cells) if cl]
             if not xs:
                 continue
             mean = [100 * cl["mean"] for cl in cells if cl]
             lo = [100 * cl["shown"][0] for cl in cells if cl]
             hi = [100 * cl["shown"][1] for cl in cells if cl]
-            style = "--" if m == "base" else "-"
             (line,) = ax.plot(xs, mean, style, marker="o", label=label)
             ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
         ax.set(xscale="log", xlabel="context length (tokens)", ylabel="accuracy (%)",
@@ -190,12 +196,11 @@ def figure(results: dict, path: str) -> str | None:
         ax.set_xticks([], minor=True)  # a log axis' minor labels collide with the lengths
         ax.axvline(results["config"]["L0"], color="grey", lw=0.8, ls=":")
     ax = axes[2]
-    for m, label in labels.items():
-        ppl = summ[m].get("ppl", {})
+    for label, sm, style in curves:
+        ppl = sm.get("ppl", {})
         xs = [n for n in lengths if str(n) in ppl]
         if xs:
-            ax.plot(xs, [ppl[str(n)]["mean"] for n in xs], "--" if m == "base" else "-",
-                    marker="o", label=label)
+            ax.plot(xs, [ppl[str(n)]["mean"] for n in xs], style, marker="o", label=label)
     ax.set(xscale="log", xlabel="context length (tokens)", ylabel="PPL",
            title="held-out PPL")
     ax.set_xticks(lengths, [str(n) for n in lengths])
