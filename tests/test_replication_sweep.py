@@ -66,7 +66,7 @@ def test_figure_draws_each_sweep_variant_dotted(monkeypatch, tmp_path):
                            "d": stats.summarize(default, TASKS)}}
     drawn = {}
 
-    def keep(plt, fig, path):
+    def keep(fig, path):
         drawn["fig"] = fig
         return path
 

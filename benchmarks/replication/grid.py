@@ -100,7 +100,7 @@ def figure(runs: list[dict], path: str) -> str | None:
         ax.set_xticks([], minor=True)
     axes[-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    return save_figure(plt, fig, path)
+    return save_figure(fig, path)
 
 
 def main(argv: list[str]) -> int:

@@ -154,9 +154,11 @@ def pyplot():
     return plt
 
 
-def save_figure(plt, fig, path: str) -> str:
-    """Write ``fig`` as PNG to ``path`` through a temporary (an interrupted write leaves the
-    previous figure intact) and close it."""
+def save_figure(fig, path: str) -> str:
+    """Write ``fig`` (made by ``pyplot()``) as PNG to ``path`` through a temporary (an
+    interrupted write leaves the previous figure intact) and close it."""
+    import matplotlib.pyplot as plt  # already imported by pyplot(): no cost
+
     with atomic_path(path, fsync=False) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
@@ -212,7 +214,7 @@ def figure(results: dict, path: str) -> str | None:
     fig.suptitle(f"Mini-replication: L0={c['L0']} -> L={c['L']} (s={c['ratio']}), "
                  f"{c['seeds']} seed(s), {c['samples']} prompts/cell, 95% bands")
     fig.tight_layout(rect=(0, 0.05 * -(-len(names) // ncol), 1, 1))  # room for the legend
-    return save_figure(plt, fig, path)
+    return save_figure(fig, path)
 
 
 def write_all(results: dict, out_json: str) -> list[str]:
