@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make NEW, a virtual environment that is BASE with one package replaced, in seconds and
-# ~50 MiB instead of a second multi-GB install (torch's CUDA wheel and its nvidia-* libraries):
+# ~35 MiB instead of a second multi-GB install (torch's CUDA wheel and its nvidia-* libraries):
 #
 #   tools/overlay_venv.sh .venv .venv-mc018 megatron-core==0.18.2
 #
@@ -24,7 +24,7 @@ if [ ! -x "$base/bin/python" ]; then
   echo "error: overlay_venv.sh: $base/bin/python not found; create it first (make venv)" >&2
   exit 2
 fi
-base_site=$(cd "$base" && "$PWD/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+base_site=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')  # absolute
 if [ ! -x "$new/bin/python" ]; then
   # The base interpreter behind BASE (a venv's python is a link to it), not BASE itself.
   "$("$base/bin/python" -c 'import sys; print(sys._base_executable)')" -m venv "$new"
