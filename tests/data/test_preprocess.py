@@ -358,11 +358,12 @@ def test_inspect_json_matches_layout(run_tool, pose_prefix, spm_tokenizer):
         assert sample["context_length"] == int(rec[0])
         assert sample["terminal_length"] == P - int(rec[0])
         assert sample["tokens"] == samples[index][:P].tolist()
-        assert sample["label_token"] == int(samples[index][P]) == spm_tokenizer.eod
+        assert sample["labels"] == samples[index][1:].tolist()
+        assert samples[index][P] == spm_tokenizer.eod
         assert sample["position_ids"] == positions_from_record(rec, P).tolist()
         weights = loss_weights_from_record(rec, P, context_weight=0.5, terminal_weight=0.25,
                                            predict_after_terminal=False)  # a prompt terminal
-        assert sample["loss_weights"] == pytest.approx(weights.tolist())
+        assert sample["loss_mask"] == pytest.approx(weights.tolist())
         assert [(r["token_offset"], r["first_position"], r["length"]) for r in sample["runs"]] \
             == describe_runs(rec, P)
         assert len(sample["runs"]) == 4  # 3 context pieces + the terminal
