@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from megatron_endprompt.layout import context_length, loss_weights_from_record, positions_from_record
+from megatron_endprompt.loss_weights import LossWeights
 
 __all__ = ["SampleRules", "assemble_sample", "layout_arrays", "pad_in_data"]
 
@@ -33,10 +34,9 @@ class SampleRules:
 
     seq_length: int
     """``P``: inputs per sample (the stored sample holds ``P + 1`` tokens)."""
-    terminal_weight: float
-    """``w``: weight of the terminal predictions (``i >= a - 1``)."""
-    context_weight: float
-    """Weight of the context predictions (``i < a - 1``)."""
+    weights: LossWeights
+    """Terminal ``w`` (predictions ``i >= a - 1``) and context weight (``i < a - 1``), both
+    set: the sidecar's with the run's overrides applied."""
     prompt_terminal: bool
     """The terminal is a prompt (``terminal_source == "prompt"``): its predictions escape EOD
     masking and nothing is predicted after its last token."""
@@ -62,8 +62,7 @@ def layout_arrays(record: np.ndarray, rules: SampleRules) -> tuple[np.ndarray, n
     (before EOD/padding masking)."""
     P = rules.seq_length
     return positions_from_record(record, P), loss_weights_from_record(
-        record, P, context_weight=rules.context_weight, terminal_weight=rules.terminal_weight,
-        predict_after_terminal=not rules.prompt_terminal)
+        record, P, rules.weights, predict_after_terminal=not rules.prompt_terminal)
 
 
 def assemble_sample(text: np.ndarray, record: np.ndarray, rules: SampleRules, *,

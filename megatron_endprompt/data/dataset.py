@@ -36,7 +36,7 @@ import functools
 import glob
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ from megatron_endprompt.data.sidecar.sidecar import Sidecar, check_belongs_to, o
 from megatron_endprompt.data.sidecar.spans import span_reader
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.window import EndPromptWindow
+from megatron_endprompt.loss_weights import LossWeights
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +62,10 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     endprompt_target_length: int | None = None
     """``L`` the run trains for; every sidecar must have been built for it (None: no check)."""
 
-    endprompt_terminal_loss_weight: float | None = None
-    """Override the sidecar's terminal weight ``w`` at training time (None: keep the sidecar's)."""
-
-    endprompt_context_loss_weight: float | None = None
-    """Override the sidecar's context weight (None: keep the sidecar's)."""
+    endprompt_loss_weights: LossWeights = field(default_factory=LossWeights)
+    """The run's overrides of the sidecar's loss weights (a ``None`` field keeps the sidecar's;
+    ``--endprompt-terminal-loss-weight``/``--endprompt-context-loss-weight``). Part of the
+    index-cache key."""
 
     endprompt_sidecar_name: str | None = None
     """Read ``PREFIX.NAME.endprompt`` instead of ``PREFIX.endprompt`` (several layouts per
@@ -82,16 +81,6 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     check on rank 0); ``None``: computed from ``tokenizer`` when the datasets are built. Not
     part of the index-cache key."""
 
-    endprompt_require_sidecar: bool = False
-    """Kept for compatibility: a sidecar is now always required unless the prefix is listed
-    in ``endprompt_replay_prefixes``."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        EndPromptWindow.check_loss_weights(
-            terminal_loss_weight=self.endprompt_terminal_loss_weight,
-            context_loss_weight=self.endprompt_context_loss_weight)
-
 
 def _same_prefix(a: str, b: str) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
@@ -100,21 +89,17 @@ def _same_prefix(a: str, b: str) -> bool:
 def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
                  name: str | None = None, replay_prefixes: list[str] | tuple = (),
                  reset_positions: bool = False,
-                 tokenizer_identity: TokenizerIdentity | None = None,
-                 require: bool = True) -> Sidecar | None:
+                 tokenizer_identity: TokenizerIdentity | None = None) -> Sidecar | None:
     """The prefix's sidecar, checked against its data and the training flags; ``None`` for a
     prefix listed in ``replay_prefixes`` (plain replay). The one place where a sidecar meets
     the training flags: used at start-up by the ``pretrain`` entry and when the datasets are
     built. Cheap (header checksum and values, file sizes, records memory-mapped); the full
     verification is :func:`megatron_endprompt.data.sidecar.trust.ensure_verified`. Raises
-    :class:`UserError` naming both files/flags on any mismatch. ``require`` is kept for
-    compatibility (``False`` makes a prefix without a sidecar replay data, as before)."""
+    :class:`UserError` naming both files/flags on any mismatch."""
     if any(_same_prefix(prefix, r) for r in replay_prefixes or ()):
         return None
     path = sidecar_path(prefix, name)
     if not os.path.exists(path):
-        if not require:
-            return None
         have = sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + "*.endprompt"))
         listed = f" (sidecars there: {', '.join(have)})" if have else ""
         raise UserError(
@@ -207,13 +192,10 @@ class EndPromptGPTDataset(GPTDataset):
                          index_split, config)
         if self.sidecar is not None:
             layout = self.sidecar.layout
-            cw = config.endprompt_context_loss_weight
             # How stored samples become training arrays (shared with endprompt-inspect).
             self._rules = SampleRules(
                 seq_length=config.sequence_length,
-                terminal_weight=float(config.endprompt_terminal_loss_weight
-                                      or layout.terminal_loss_weight),
-                context_weight=float(layout.context_loss_weight if cw is None else cw),
+                weights=config.endprompt_loss_weights.over(layout.loss_weights),
                 prompt_terminal=self.sidecar.header.terminal_source == "prompt",
                 eod=config.tokenizer.eod if config.eod_mask_loss else None,
                 pad=pad_in_data(self._pad_token_id, self.dataset.index.dtype),
@@ -242,12 +224,11 @@ class EndPromptGPTDataset(GPTDataset):
     @staticmethod
     def _key_config_attributes() -> list[str]:
         """Cache key: Megatron's attributes plus the EndPrompt ones (and, per prefix, the
-        sidecar fingerprint — added in ``_build_document_sample_shuffle_indices``)."""
+        sidecar fingerprint and the loss weights — added in
+        ``_build_document_sample_shuffle_indices``)."""
         return GPTDataset._key_config_attributes() + [
             "add_extra_token_to_sequence",
             "endprompt_target_length",
-            "endprompt_terminal_loss_weight",
-            "endprompt_context_loss_weight",
             "endprompt_sidecar_name",
         ]
 
@@ -287,7 +268,8 @@ class EndPromptGPTDataset(GPTDataset):
         ensure_verified(self.sidecar, self.dataset.path_prefix, directory)
         # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
         identifiers = {"endprompt_sidecar": self.sidecar.header.idx_sha256,
-                       "endprompt_layout": self.sidecar.header.layout}
+                       "endprompt_layout": self.sidecar.header.layout,
+                       "endprompt_loss_weights": self.config.endprompt_loss_weights.as_list()}
         if self.sidecar.sources is not None:  # many sidecars share one .idx
             identifiers["endprompt_spans"] = [self.sidecar.header.records_crc32,
                                               self.sidecar.header.sources["crc32"]]

@@ -69,8 +69,7 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
     a = context_length(record)
     tok = sample_tokenizer(header, tokenizer) if text else None
     eod = _eod_id(header, tok if tokenizer is not None else None) if eod_mask_loss else None
-    rules = SampleRules(seq_length=P, terminal_weight=layout.terminal_loss_weight,
-                        context_weight=layout.context_loss_weight,
+    rules = SampleRules(seq_length=P, weights=layout.loss_weights,
                         prompt_terminal=header.terminal_source == "prompt", eod=eod)
     arrays = assemble_sample(tokens, record, rules)
     vocab = getattr(tok, "vocab_size", None) if tok is not None else None
@@ -136,14 +135,14 @@ def _compact(values: np.ndarray) -> str:
 def render_inspection(prefix: str, found: dict) -> str:
     """The human-readable form of :func:`inspect_sample`'s result."""
     stats, sample = found["stats"], found["sample"]
-    layout = LayoutConfig(**stats["layout"])
+    layout = LayoutConfig.from_header(stats["layout"])
     n, P, a = stats["samples"], layout.seq_length, sample["context_length"]
     tokens = sample["tokens"]
     lines = [
         f"{prefix}: {n:,} samples, P={P}, L={layout.target_length}, "
         f"placement={layout.placement}, source={stats['terminal_source']}, "
-        f"pose_chunks={layout.pose_chunks}, w={layout.terminal_loss_weight}, "
-        f"context weight={layout.context_loss_weight}",
+        f"pose_chunks={layout.pose_chunks}, w={layout.loss_weights.terminal}, "
+        f"context weight={layout.loss_weights.context}",
         f"sidecar: {stats['sidecar_bytes']:,} bytes = "
         f"{100 * stats['sidecar_bytes'] / max(stats['bin_bytes'], 1):.4f}% of .bin; terminal "
         f"start min/mean/max {stats['terminal_start_min_mean_max']}",
