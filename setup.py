@@ -46,6 +46,10 @@ setup(
             "endprompt-convert=megatron_endprompt.cli.convert:cli",
             "endprompt-plan=megatron_endprompt.cli.plan:cli",
             "endprompt-eval=megatron_endprompt.cli.eval:cli",
+            # training: one process per rank, e.g. `torchrun --no-python endprompt-pretrain ...`
+            "endprompt-pretrain=megatron_endprompt.training.pretrain:main",
+            "endprompt-launch-check=megatron_endprompt.cli.launch_check:cli",
+            "endprompt-demo=megatron_endprompt.demo:cli",
         ]
     },
 )

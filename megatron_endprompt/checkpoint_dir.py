@@ -1,4 +1,4 @@
-"""Which directory of a Megatron save directory holds the checkpoint to read (issue 28): the
+"""Which directory of a Megatron save directory holds the checkpoint to read: the
 one resolver for training start-up (``--load``/``--pretrained-checkpoint``, ``--ckpt-step``)
 and conversion (``convert_checkpoint.py --checkpoint``). A base module (like ``errors``), so
 both ``training`` and ``conversion`` import it without an upward arrow.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from megatron_endprompt import runtime
 from megatron_endprompt.runtime.versions import tokenizer_namespace_extras
 
 
@@ -63,10 +62,3 @@ def build_document_index(documents, num_epochs: int, seed: int, separate_final_e
     return _build_document_index(
         documents, num_epochs, numpy.random.RandomState(seed), separate_final_epoch
     )
-
-
-def quiet_megatron_import_noise() -> None:
-    """Silence import-time chatter that is not actionable for our users (Megatron's 'TE/Apex
-    not installed, falling back' warnings, torch's 'No CUDA runtime' log line on CPU):
-    :func:`megatron_endprompt.runtime.quiet`, the owner of those filters."""
-    runtime.quiet()

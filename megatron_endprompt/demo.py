@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-train", action="store_true")
     args = p.parse_args(argv)
 
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     from megatron_endprompt.cli import inspect, preprocess
     from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
 
@@ -154,5 +154,10 @@ def _show_datasets(args, w, spm: str) -> None:
               f"loss weights {sorted(set(np.round(s['loss_mask'].numpy(), 3).tolist()))}")
 
 
+def cli() -> None:
+    """The ``endprompt-demo`` console script: bad input is one ``error:`` line, exit 2."""
+    sys.exit(run_cli(main))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -20,8 +20,8 @@ per sample instead of a per-token array.
 
 Loss weights are assigned by the *label* being predicted: ``loss_mask[i]`` weights the
 prediction of token ``i + 1``. Predictions of context tokens (``i < a - 1``) get
-``context_loss_weight``; predictions of terminal tokens, the first one included, get
-``terminal_loss_weight``. The prediction of the label token after the sample gets it too — except
+the context weight; predictions of terminal tokens, the first one included, get
+the terminal weight ``w`` (:class:`~megatron_endprompt.loss_weights.LossWeights`). The prediction of the label token after the sample gets it too — except
 for a *prompt* terminal (``predict_after_terminal=False``), where it gets 0: the paper's objective
 has no prediction after the last prompt token (the text does not continue the prompt).
 """
@@ -29,15 +29,19 @@ has no prediction after the last prompt token (the text does not continue the pr
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from megatron_endprompt.loss_weights import LossWeights
 from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
 
 Placement = Literal["fixed", "random"]
 PLACEMENTS: tuple[str, ...] = ("fixed", "random")
+#: The keys of a sidecar header's ``layout`` object (:meth:`LayoutConfig.to_header`).
+LAYOUT_HEADER_KEYS: tuple[str, ...] = ("seq_length", "target_length", "placement", "pose_chunks",
+                                       "terminal_loss_weight", "context_loss_weight")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,17 +60,17 @@ class LayoutConfig:
     pose_chunks: int = 1
     """``N``: context pieces with random skips between them (ET(PoSE)); 1 disables PoSE."""
 
-    terminal_loss_weight: float = 1.0
-    """``w`` > 0: loss weight of terminal predictions (the paper uses a small ``w`` for prompts)."""
-
-    context_loss_weight: float = 1.0
-    """Loss weight of context predictions: 1 keeps ordinary LM loss, 0 trains terminals only."""
+    loss_weights: LossWeights = field(default_factory=lambda: LossWeights(
+        terminal=1.0, context=1.0, flags=PREPROCESS_FLAGS))
+    """Terminal weight ``w`` (the paper uses a small ``w`` for prompts) and context weight (1
+    keeps ordinary LM loss, 0 trains terminals only); both set."""
 
     def __post_init__(self) -> None:
-        # P, L and the weights are validated by the one owner of the window.
+        # P and L are validated by the one owner of the window, the weights by LossWeights.
         EndPromptWindow(seq_length=self.seq_length, target_length=self.target_length,
-                        terminal_loss_weight=self.terminal_loss_weight,
-                        context_loss_weight=self.context_loss_weight, flags=PREPROCESS_FLAGS)
+                        flags=PREPROCESS_FLAGS)
+        if not self.loss_weights.complete:
+            raise ValueError(f"a layout needs both loss weights, got {self.loss_weights}")
         if self.placement not in PLACEMENTS:
             raise ValueError(
                 f"placement {self.placement!r} unknown; use --placement {' or '.join(PLACEMENTS)}"
@@ -75,6 +79,23 @@ class LayoutConfig:
             raise ValueError(
                 f"pose chunks N={self.pose_chunks} must be >= 1 (1 disables PoSE; --pose-chunks)"
             )
+
+    def to_header(self) -> dict:
+        """The sidecar header's ``layout`` object: flat, the weights as ``terminal_loss_weight``
+        and ``context_loss_weight`` (the on-disk format)."""
+        return {"seq_length": self.seq_length, "target_length": self.target_length,
+                "placement": self.placement, "pose_chunks": self.pose_chunks,
+                "terminal_loss_weight": self.loss_weights.terminal,
+                "context_loss_weight": self.loss_weights.context}
+
+    @classmethod
+    def from_header(cls, layout: dict) -> LayoutConfig:
+        """The inverse of :meth:`to_header` (``ValueError`` on bad values)."""
+        return cls(seq_length=layout["seq_length"], target_length=layout["target_length"],
+                   placement=layout["placement"], pose_chunks=layout["pose_chunks"],
+                   loss_weights=LossWeights(terminal=layout["terminal_loss_weight"],
+                                            context=layout["context_loss_weight"],
+                                            flags=PREPROCESS_FLAGS))
 
     @property
     def record_width(self) -> int:
@@ -174,17 +195,17 @@ def positions_from_record(record: np.ndarray, seq_length: int) -> np.ndarray:
 
 
 def loss_weights_from_record(
-    record: np.ndarray, seq_length: int, *, context_weight: float, terminal_weight: float,
+    record: np.ndarray, seq_length: int, weights: LossWeights, *,
     predict_after_terminal: bool = True,
 ) -> np.ndarray:
     """Loss weights ``[P]`` (float32): ``[i]`` weights the prediction of token ``i + 1``;
     ``predict_after_terminal=False`` (prompt terminals) sets ``[P - 1]``, the prediction after
     the terminal's last token, to 0."""
-    weights = np.full(seq_length, context_weight, dtype=np.float32)
-    weights[context_length(record) - 1 :] = terminal_weight
+    out = np.full(seq_length, weights.context, dtype=np.float32)
+    out[context_length(record) - 1 :] = weights.terminal
     if not predict_after_terminal:
-        weights[-1] = 0.0
-    return weights
+        out[-1] = 0.0
+    return out
 
 
 def describe_runs(record: np.ndarray, seq_length: int) -> list[tuple[int, int, int]]:

@@ -1,9 +1,10 @@
-"""The EndPrompt window — ``L``, ``L0``, ``s`` and the loss weights — resolved and validated here
-and nowhere else.
+"""The EndPrompt window — ``L``, ``L0``, ``s`` and the run's loss-weight overrides — resolved and
+validated here and nowhere else (the weights by :class:`~megatron_endprompt.loss_weights.LossWeights`).
 
 Preprocessing (``layout.LayoutConfig``), the dataset, the training flags, the RoPE module and the
 HF export all build an :class:`EndPromptWindow` and trust it. It is the bottom of the package
-graph (imports nothing of the package but :mod:`.errors`), so every stage may use it.
+graph (imports nothing of the package but :mod:`.errors` and :mod:`.loss_weights`), so every
+stage may use it.
 
 Defaults, as the official EndPrompt code: ``L0`` is the *model's* original window (its
 ``max_position_embeddings``, the loaded checkpoint's when there is one), not the physical training
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from megatron_endprompt.errors import UserError, user_errors
+from megatron_endprompt.loss_weights import LossWeights
 
 __all__ = ["EXPORT_FLAGS", "EndPromptWindow", "PREPROCESS_FLAGS", "TRAINING_FLAGS",
            "resolve_pi_factor"]
@@ -96,11 +98,9 @@ class EndPromptWindow:
     """``s``: RoPE positions are divided by ``s``; ``None`` -> ``ceil(L / L0)`` once ``L0`` is
     known. Always ``>= 1`` after construction when ``L0`` is given."""
 
-    terminal_loss_weight: float | None = None
-    """``w > 0``: loss weight of terminal predictions (``None``: keep the sidecar's)."""
-
-    context_loss_weight: float | None = None
-    """Loss weight of context predictions, ``>= 0`` (``None``: keep the sidecar's)."""
+    loss_weights: LossWeights = field(default_factory=LossWeights)
+    """The run's overrides of the sidecar's loss weights (a ``None`` field keeps the
+    sidecar's)."""
 
     original_length_from: str = field(default="", compare=False)
     """Where ``L0`` came from, for the start-up banner (e.g. ``--max-position-embeddings``)."""
@@ -135,22 +135,6 @@ class EndPromptWindow:
         elif self.pi_factor is not None:
             object.__setattr__(self, "pi_factor", resolve_pi_factor(self.pi_factor, None,
                                                                     flags=f))
-        self.check_loss_weights(terminal_loss_weight=self.terminal_loss_weight,
-                                context_loss_weight=self.context_loss_weight, flags=f)
-
-    @staticmethod
-    def check_loss_weights(*, terminal_loss_weight: float | None,
-                           context_loss_weight: float | None,
-                           flags: Mapping[str, str] = TRAINING_FLAGS) -> None:
-        """``ValueError`` naming the flag unless ``w > 0`` and the context weight ``>= 0``
-        (``None``: not set). Used on its own where only weights are known (the dataset)."""
-        w, cw = terminal_loss_weight, context_loss_weight
-        if w is not None and not (math.isfinite(w) and w > 0):
-            raise ValueError(f"terminal loss weight w={w} must be finite and > 0 "
-                             f"({flags['terminal_loss_weight']}; the paper uses a small non-zero w)")
-        if cw is not None and not (math.isfinite(cw) and cw >= 0):
-            raise ValueError(f"context loss weight {cw} must be finite and >= 0 "
-                             f"({flags['context_loss_weight']})")
 
     @classmethod
     def from_megatron_args(cls, args, *, checkpoint_args=None) -> EndPromptWindow:
@@ -186,8 +170,9 @@ class EndPromptWindow:
                                     getattr(args, "rotary_seq_len_interpolation_factor", None), f)
             return cls(target_length=int(L), seq_length=args.seq_length,
                        original_length=int(L0), original_length_from=source, pi_factor=s,
-                       terminal_loss_weight=getattr(args, "endprompt_terminal_loss_weight", None),
-                       context_loss_weight=getattr(args, "endprompt_context_loss_weight", None))
+                       loss_weights=LossWeights(
+                           terminal=getattr(args, "endprompt_terminal_loss_weight", None),
+                           context=getattr(args, "endprompt_context_loss_weight", None)))
 
     def banner(self) -> str:
         """One start-up line: ``L``, ``L0`` (and where it came from), ``s``."""

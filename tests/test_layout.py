@@ -15,6 +15,7 @@ from megatron_endprompt.layout import (
     positions_from_record,
     sample_rng,
 )
+from megatron_endprompt.loss_weights import LossWeights
 
 
 @st.composite
@@ -25,8 +26,9 @@ def layouts(draw):
     a = P - b
     n = draw(st.integers(1, min(a, 6)))
     cfg = LayoutConfig(seq_length=P, target_length=L, placement=draw(st.sampled_from(["fixed", "random"])),
-                       pose_chunks=n, terminal_loss_weight=draw(st.floats(1e-3, 2.0)),
-                       context_loss_weight=draw(st.sampled_from([0.0, 1.0])))
+                       pose_chunks=n, loss_weights=LossWeights(
+                           terminal=draw(st.floats(1e-3, 2.0)),
+                           context=draw(st.sampled_from([0.0, 1.0]))))
     return cfg, b, draw(st.integers(0, 2**31)), draw(st.integers(0, 10**6))
 
 
@@ -56,11 +58,10 @@ def test_layout_properties(case):
         assert np.array_equal(pos[off:off + length], np.arange(first, first + length))
     if cfg.pose_chunks == 1:
         assert np.array_equal(pos[:a], np.arange(a))
-    w = loss_weights_from_record(record, P, context_weight=cfg.context_loss_weight,
-                                 terminal_weight=cfg.terminal_loss_weight)
+    w = loss_weights_from_record(record, P, cfg.loss_weights)
     assert w.dtype == np.float32 and w.shape == (P,)
-    assert np.all(w[: a - 1] == np.float32(cfg.context_loss_weight))
-    assert np.all(w[a - 1:] == np.float32(cfg.terminal_loss_weight))
+    assert np.all(w[: a - 1] == np.float32(cfg.loss_weights.context))
+    assert np.all(w[a - 1:] == np.float32(cfg.loss_weights.terminal))
     # reproducible from (seed, index)
     again = make_record(cfg, terminal_length=b, rng=sample_rng(seed, index))
     assert np.array_equal(record, again)
@@ -92,9 +93,6 @@ def test_pose_skips_use_the_budget():
     [
         (dict(seq_length=16, target_length=16), 4, "target length"),
         (dict(seq_length=16, target_length=8), 4, "target length"),
-        (dict(seq_length=16, target_length=64, terminal_loss_weight=0.0), 4, "terminal loss weight"),
-        (dict(seq_length=16, target_length=64, terminal_loss_weight=-1.0), 4, "terminal loss weight"),
-        (dict(seq_length=16, target_length=64, context_loss_weight=-0.5), 4, "context loss weight"),
         (dict(seq_length=16, target_length=64, placement="middle"), 4, "placement"),
         (dict(seq_length=16, target_length=64, pose_chunks=0), 4, "pose chunks"),
         (dict(seq_length=16, target_length=64), 16, "terminal length"),

@@ -38,12 +38,6 @@ def test_resolves_s_from_the_original_window_and_is_frozen():
      "L=8192 \\(--target-length\\) must be above the original context window 8192"),
     (dict(target_length=65536, original_length=8192, pi_factor=0.5), EXPORT_FLAGS,
      "s=0.5 must be finite and >= 1 \\(--pi-factor\\)"),
-    (dict(target_length=65536, terminal_loss_weight=0.0), None,
-     "w=0.0 must be finite and > 0 \\(--endprompt-terminal-loss-weight"),
-    (dict(target_length=65536, terminal_loss_weight=-1.0), PREPROCESS_FLAGS,
-     "must be finite and > 0 \\(--terminal-loss-weight"),
-    (dict(target_length=65536, context_loss_weight=-0.5), PREPROCESS_FLAGS,
-     "must be finite and >= 0 \\(--context-loss-weight\\)"),
 ])
 def test_validation_names_the_flag(kwargs, flags, message):
     with pytest.raises(ValueError, match=message):
@@ -59,8 +53,3 @@ def test_pi_factor_from_either_flag():
                                          "--rotary-seq-len-interpolation-factor"):
         resolve_pi_factor(8.0, 4.0)
 
-
-def test_loss_weights_alone():
-    EndPromptWindow.check_loss_weights(terminal_loss_weight=None, context_loss_weight=0.0)
-    with pytest.raises(ValueError, match="--endprompt-terminal-loss-weight"):
-        EndPromptWindow.check_loss_weights(terminal_loss_weight=0, context_loss_weight=None)

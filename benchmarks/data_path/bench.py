@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.path.join(OUT, "data_path.json"))
     args = p.parse_args(argv)
 
-    from megatron_endprompt.compat import build_megatron_tokenizer, quiet_megatron_import_noise
+    from megatron_endprompt import runtime
+    from megatron_endprompt.compat import build_megatron_tokenizer
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset

@@ -95,8 +95,8 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
          f"source/placement/pieces {h.terminal_source}/{lay.placement}/{lay.pose_chunks}, "
          f"not {'/'.join(map(str, want))}")
     weight = c["prompt_w"] if prompt else (1.0 if m == "e" else w)
-    need(lay.terminal_loss_weight == weight and lay.context_loss_weight == 1.0,
-         f"loss weights {lay.terminal_loss_weight}/{lay.context_loss_weight}, not {weight}/1")
+    need(lay.loss_weights.terminal == weight and lay.loss_weights.context == 1.0,
+         f"loss weights {lay.loss_weights.terminal}/{lay.loss_weights.context}, not {weight}/1")
     if prompt:
         names = PROMPT_SETS["ep1" if m == "g1p" else "ep1-3"]
         need(tuple(h.prompts) == tuple(names), f"prompts {h.prompts}, not {list(names)}")

@@ -329,9 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     out_json = os.path.abspath(args.out or os.path.join(OUT, f"mini_replication{suffix}.json"))
     os.makedirs(work, exist_ok=True)
     os.makedirs(os.path.dirname(out_json), exist_ok=True)
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     t_all = time.time()
     rep = Replication(c, work, args.resume)
     timings: dict[str, float] = {}

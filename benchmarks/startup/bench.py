@@ -56,7 +56,6 @@ P, L, B, VOCAB = 8192, 65536, 512, 128000
 def make_corpus(prefix: str, docs: int) -> None:
     """Sparse ``.bin``, real ``.idx`` (uint32 tokens) and a matching sidecar."""
     import struct
-    from dataclasses import asdict
 
     import numpy as np
 
@@ -85,7 +84,7 @@ def make_corpus(prefix: str, docs: int) -> None:
     records = np.lib.stride_tricks.as_strided(np.array([P - B, L - B], dtype=np.int32),
                                               shape=(docs, 2), strides=(0, 4))
     tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
-    header = SidecarHeader(layout=asdict(layout), terminal_source="continuation",
+    header = SidecarHeader(layout=layout.to_header(), terminal_source="continuation",
                            terminal_length=B, num_samples=docs, **data_fingerprint(prefix),
                            tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict())
     with atomic_path(sidecar_path(prefix), fsync=False) as tmp:
@@ -100,7 +99,6 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
     """A spans sidecar ``PREFIX.spans-LAYOUT.endprompt`` over the corpus of :func:`make_corpus`
     (documents of ``P + 1`` tokens back to back); ``pieces``' sources go through a temporary
     memory map, so the writer never holds them in memory."""
-    from dataclasses import asdict
 
     import numpy as np
 
@@ -134,7 +132,7 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
     records = np.lib.stride_tricks.as_strided(np.array([P - B, L - B], dtype=np.int32),
                                               shape=(n, 2), strides=(0, 4))
     tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
-    header = SidecarHeader(layout=asdict(layout_cfg), terminal_source=source, terminal_length=B,
+    header = SidecarHeader(layout=layout_cfg.to_header(), terminal_source=source, terminal_length=B,
                            num_samples=n, **data_fingerprint(prefix),
                            tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict(),
                            sources={"kind": "spans", "layout": layout})
@@ -187,9 +185,9 @@ def _reset_peak_rss() -> None:
 
 # -- one start (child process) ------------------------------------------------------------
 def child(kind: str, prefix: str, cache: str, docs: int, name: str | None = None) -> dict:
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     from megatron.core.datasets.blended_megatron_dataset_builder import \
         BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig

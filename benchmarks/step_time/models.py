@@ -55,9 +55,9 @@ def resolve_model_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def setup_process(args: argparse.Namespace) -> None:
     """Quiet Megatron's import noise, set torch's thread counts, and start the single-rank
     process group both benchmarks measure in."""
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     if args.threads:
         torch.set_num_threads(args.threads)
     with contextlib.suppress(RuntimeError):

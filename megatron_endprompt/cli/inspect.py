@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-text", action="store_true", help="do not detokenize")
     p.add_argument("--name", default=None, metavar="NAME",
                    help="inspect the named sidecar PREFIX.NAME.endprompt")
+    p.add_argument("--eod-mask-loss", action="store_true",
+                   help="show the loss mask of a run trained with --eod-mask-loss")
     return p
 
 
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = TokenizerSpec(tokenizer_type=args.tokenizer_type,
                              tokenizer_model=args.tokenizer_model)
     found = inspect_sample(args.prefix, index=args.index, name=args.name, tokenizer=spec,
-                           text=not args.no_text)
+                           text=not args.no_text, eod_mask_loss=args.eod_mask_loss)
     if args.json:
         print(json.dumps(found, indent=1))
     else:

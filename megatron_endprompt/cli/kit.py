@@ -17,6 +17,8 @@ from collections.abc import Callable
 from megatron_endprompt.data.sidecar.terminal_spec import TERMINAL_SOURCES, TerminalSpec
 from megatron_endprompt.errors import run_cli, user_errors
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
+from megatron_endprompt.loss_weights import LossWeights
+from megatron_endprompt.window import PREPROCESS_FLAGS
 
 __all__ = ["add_layout_arguments", "entry", "layout_from_args", "terminal_from_args", "user_errors"]
 
@@ -59,14 +61,15 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
 def terminal_from_args(args: argparse.Namespace) -> TerminalSpec:
     """``TerminalSpec`` of the shared flags (``ValueError`` on bad values)."""
     return TerminalSpec(source=args.terminal_source, prompts=args.terminal_prompts,
-                        length=args.terminal_length, weight=args.terminal_loss_weight,
+                        length=args.terminal_length,
                         seed=args.seed)
 
 
 def layout_from_args(args: argparse.Namespace, terminal: TerminalSpec) -> LayoutConfig:
-    """``LayoutConfig`` of the shared flags, ``w`` from ``terminal`` (``ValueError`` on bad
-    values)."""
+    """``LayoutConfig`` of the shared flags, ``w``'s default from ``terminal``'s source
+    (``ValueError`` on bad values)."""
     return LayoutConfig(seq_length=args.seq_length, target_length=args.target_length,
                         placement=args.placement, pose_chunks=args.pose_chunks,
-                        terminal_loss_weight=terminal.loss_weight,
-                        context_loss_weight=args.context_loss_weight)
+                        loss_weights=LossWeights.for_source(
+                            terminal.source, terminal=args.terminal_loss_weight,
+                            context=args.context_loss_weight, flags=PREPROCESS_FLAGS))

@@ -198,7 +198,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
             special, notes = resolve_special_ids(
                 recorded={k: spec.extra.get(k) for k in KEYS},
                 tokenizer=token_ids, training_eod=_training_eod(args, run_tokenizer))
-            for key in KEYS:  # never LlamaConfig's default 1/2 (issue 22)
+            for key in KEYS:  # never LlamaConfig's default 1/2 (see special_tokens)
                 config.pop(key, None)
             config.update(special)
             with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:

@@ -3,7 +3,7 @@
 Why one owner: ``config.json`` and ``generation_config.json`` decide where HF ``generate``,
 vLLM and lm-eval stop an answer. ``LlamaConfig`` fills ``bos_token_id=1, eos_token_id=2`` by
 default, so an export that kept "whatever the config holds" wrote 1/2 for every checkpoint whose
-saved args had lost the source HF config -- every *trained* checkpoint (issue 22): for Meta's
+saved args had lost the source HF config -- every *trained* checkpoint: for Meta's
 Llama-3 id 2 is ``#``, and each answer stopped at the first ``#``.
 
 The rule, for trained and untrained checkpoints alike:

@@ -24,16 +24,10 @@ Per prefix:
 Every prefix's ``.idx`` SHA-256 is part of the index-cache key; it and the sidecar's full
 verification are computed once per file identity (:mod:`megatron_endprompt.data.sidecar.trust`).
 
-Megatron conventions kept for EndPrompt samples: the last input's label is the stored extra
-token (``add_extra_token_to_sequence``; without it the last label is padding with weight 0);
-with ``eod_mask_loss`` the weight of every position whose *input* token is EOD is 0 (as
-``GPTDataset`` does: a prediction across a document boundary) — except the terminal
-predictions (``i >= a - 1``) of a *prompt* terminal, whose tokens are the prompt itself: EP2's
-single end token makes the only prediction from the terminal, and masking it would train
-nothing there (the prompt also follows a context that ends in EOD); padding labels get weight 0;
-the batch-padding sample (``idx=None``) has an all-zero ``loss_mask``. A prompt terminal's last
-prediction (``i = P - 1``, of the label after the prompt) has weight 0: the paper's objective
-stops at the last prompt token.
+Samples are assembled by :func:`megatron_endprompt.data.assemble.assemble_sample` (Megatron's
+extra-token, EOD and padding conventions, the prompt-terminal exceptions), the function
+``endprompt-inspect`` calls too; the batch-padding sample (``idx=None``) has an all-zero
+``loss_mask``.
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ import functools
 import glob
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -50,14 +44,13 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
+from megatron_endprompt.data.assemble import SampleRules, assemble_sample, layout_arrays, pad_in_data
 from megatron_endprompt.data.sample_index import load_or_build_sample_index, samples_in_split
 from megatron_endprompt.data.sidecar.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.spans import span_reader
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.layout import (context_length, loss_weights_from_record,
-                                      positions_from_record)
-from megatron_endprompt.window import EndPromptWindow
+from megatron_endprompt.loss_weights import LossWeights
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +62,10 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     endprompt_target_length: int | None = None
     """``L`` the run trains for; every sidecar must have been built for it (None: no check)."""
 
-    endprompt_terminal_loss_weight: float | None = None
-    """Override the sidecar's terminal weight ``w`` at training time (None: keep the sidecar's)."""
-
-    endprompt_context_loss_weight: float | None = None
-    """Override the sidecar's context weight (None: keep the sidecar's)."""
+    endprompt_loss_weights: LossWeights = field(default_factory=LossWeights)
+    """The run's overrides of the sidecar's loss weights (a ``None`` field keeps the sidecar's;
+    ``--endprompt-terminal-loss-weight``/``--endprompt-context-loss-weight``). Part of the
+    index-cache key."""
 
     endprompt_sidecar_name: str | None = None
     """Read ``PREFIX.NAME.endprompt`` instead of ``PREFIX.endprompt`` (several layouts per
@@ -89,16 +81,6 @@ class EndPromptDatasetConfig(GPTDatasetConfig):
     check on rank 0); ``None``: computed from ``tokenizer`` when the datasets are built. Not
     part of the index-cache key."""
 
-    endprompt_require_sidecar: bool = False
-    """Kept for compatibility: a sidecar is now always required unless the prefix is listed
-    in ``endprompt_replay_prefixes``."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        EndPromptWindow.check_loss_weights(
-            terminal_loss_weight=self.endprompt_terminal_loss_weight,
-            context_loss_weight=self.endprompt_context_loss_weight)
-
 
 def _same_prefix(a: str, b: str) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
@@ -107,21 +89,17 @@ def _same_prefix(a: str, b: str) -> bool:
 def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
                  name: str | None = None, replay_prefixes: list[str] | tuple = (),
                  reset_positions: bool = False,
-                 tokenizer_identity: TokenizerIdentity | None = None,
-                 require: bool = True) -> Sidecar | None:
+                 tokenizer_identity: TokenizerIdentity | None = None) -> Sidecar | None:
     """The prefix's sidecar, checked against its data and the training flags; ``None`` for a
     prefix listed in ``replay_prefixes`` (plain replay). The one place where a sidecar meets
     the training flags: used at start-up by the ``pretrain`` entry and when the datasets are
     built. Cheap (header checksum and values, file sizes, records memory-mapped); the full
     verification is :func:`megatron_endprompt.data.sidecar.trust.ensure_verified`. Raises
-    :class:`UserError` naming both files/flags on any mismatch. ``require`` is kept for
-    compatibility (``False`` makes a prefix without a sidecar replay data, as before)."""
+    :class:`UserError` naming both files/flags on any mismatch."""
     if any(_same_prefix(prefix, r) for r in replay_prefixes or ()):
         return None
     path = sidecar_path(prefix, name)
     if not os.path.exists(path):
-        if not require:
-            return None
         have = sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + "*.endprompt"))
         listed = f" (sidecars there: {', '.join(have)})" if have else ""
         raise UserError(
@@ -214,21 +192,18 @@ class EndPromptGPTDataset(GPTDataset):
                          index_split, config)
         if self.sidecar is not None:
             layout = self.sidecar.layout
-            self._terminal_w = float(config.endprompt_terminal_loss_weight
-                                     or layout.terminal_loss_weight)
-            cw = config.endprompt_context_loss_weight
-            self._context_w = float(layout.context_loss_weight if cw is None else cw)
+            # How stored samples become training arrays (shared with endprompt-inspect).
+            self._rules = SampleRules(
+                seq_length=config.sequence_length,
+                weights=config.endprompt_loss_weights.over(layout.loss_weights),
+                prompt_terminal=self.sidecar.header.terminal_source == "prompt",
+                eod=config.tokenizer.eod if config.eod_mask_loss else None,
+                pad=pad_in_data(self._pad_token_id, self.dataset.index.dtype),
+                extra_token=config.add_extra_token_to_sequence)
             self._causal_mask = None
-            # --eod-mask-loss spares prompt terminals (see the module docstring).
-            self._mask_terminal_eod = self.sidecar.header.terminal_source != "prompt"
-            # Prompt terminals: no prediction after the last prompt token (the paper's objective).
-            self._predict_after = self.sidecar.header.terminal_source != "prompt"
-            # Hot-path helpers (see __getitem__): a plain ndarray view of the records (memmap
-            # indexing is slower), and whether the pad id can occur among stored tokens at all.
+            # Hot-path helper (see __getitem__): a plain ndarray view of the records (memmap
+            # indexing is slower).
             self._records = np.asarray(self.sidecar.records)
-            info = np.iinfo(self.dataset.index.dtype)
-            pad = self._pad_token_id
-            self._pad_in_data = isinstance(pad, (int, np.integer)) and info.min <= pad <= info.max
             # Fixed placement without PoSE has one record per terminal length: keep their
             # positions/weights and hand out copies (other layouts are drawn per sample).
             self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] | None = (
@@ -249,12 +224,11 @@ class EndPromptGPTDataset(GPTDataset):
     @staticmethod
     def _key_config_attributes() -> list[str]:
         """Cache key: Megatron's attributes plus the EndPrompt ones (and, per prefix, the
-        sidecar fingerprint — added in ``_build_document_sample_shuffle_indices``)."""
+        sidecar fingerprint and the loss weights — added in
+        ``_build_document_sample_shuffle_indices``)."""
         return GPTDataset._key_config_attributes() + [
             "add_extra_token_to_sequence",
             "endprompt_target_length",
-            "endprompt_terminal_loss_weight",
-            "endprompt_context_loss_weight",
             "endprompt_sidecar_name",
         ]
 
@@ -294,7 +268,8 @@ class EndPromptGPTDataset(GPTDataset):
         ensure_verified(self.sidecar, self.dataset.path_prefix, directory)
         # The layouts are part of the data: a rebuilt sidecar must not hit an old cache.
         identifiers = {"endprompt_sidecar": self.sidecar.header.idx_sha256,
-                       "endprompt_layout": self.sidecar.header.layout}
+                       "endprompt_layout": self.sidecar.header.layout,
+                       "endprompt_loss_weights": self.config.endprompt_loss_weights.as_list()}
         if self.sidecar.sources is not None:  # many sidecars share one .idx
             identifiers["endprompt_spans"] = [self.sidecar.header.records_crc32,
                                               self.sidecar.header.sources["crc32"]]
@@ -329,62 +304,28 @@ class EndPromptGPTDataset(GPTDataset):
             return super().__len__()
         return len(self.document_index)
 
-    def _layout_arrays(self, record: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
-        """``position_ids`` int64 ``[P]`` and loss weights float32 ``[P]`` of one record."""
-        return positions_from_record(record, P), loss_weights_from_record(
-            record, P, context_weight=self._context_w, terminal_weight=self._terminal_w,
-            predict_after_terminal=self._predict_after)
-
     def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         if self.sidecar is None:
             sample = super().__getitem__(idx)
             sample["terminal_mask"] = torch.zeros(self.config.sequence_length,
                                                   dtype=torch.float32)
             return sample
-        # Masking is done in numpy before wrapping as tensors: torch boolean-mask assignments
-        # cost ~15 us each at P=8192, numpy's a few us; the results are the same.
         P = self.config.sequence_length
         doc = int(self.document_index[0 if idx is None else idx])
         text = self.dataset.get(doc) if self._spans is None else self._spans.tokens(doc)
         record = self._records[doc]
-        extra = self.config.add_extra_token_to_sequence
-        pad = self._pad_token_id
-        tokens = text[:P].astype(np.int64)
-        if extra:
-            labels = text[1 : P + 1].astype(np.int64)
-        else:  # torch.roll(tokens, -1) with the last label set to padding
-            labels = np.empty(P, dtype=np.int64)
-            labels[:-1] = tokens[1:]
-            labels[-1] = pad if self._pad_in_data else 0  # Llama-3 has no pad token
-
-        if self._layouts is None:
-            position_ids, loss_mask = self._layout_arrays(record, P)
-        else:
+        layout = None
+        if self._layouts is not None:
             cached = self._layouts.get(key := record.tobytes())
             if cached is None:
-                cached = self._layouts.setdefault(key, self._layout_arrays(record, P))
-            position_ids, loss_mask = cached[0].copy(), cached[1].copy()
-
-        a = context_length(record)
-        terminal_mask = np.zeros(P, dtype=np.float32)
-        terminal_mask[a - 1 :] = 1.0
-        if self.config.eod_mask_loss:
-            is_eod = tokens == self.config.tokenizer.eod
-            if not self._mask_terminal_eod:  # every terminal prediction keeps its weight
-                is_eod[a - 1 :] = False
-            loss_mask[is_eod] = 0.0
-        if self._pad_in_data:
-            is_pad = labels == pad
-            loss_mask[is_pad] = 0.0
-            labels[is_pad] = 0
-            tokens[tokens == pad] = 0
-        elif not extra:  # the pad id is not a stored token: only the padded last label
-            loss_mask[-1] = 0.0
-            labels[-1] = 0
+                cached = self._layouts.setdefault(key, layout_arrays(record, self._rules))
+            layout = (cached[0].copy(), cached[1].copy())
+        arrays = assemble_sample(text, record, self._rules, layout=layout)
         if idx is None:
-            loss_mask[:] = 0.0
-        tokens, labels = torch.from_numpy(tokens), torch.from_numpy(labels)
-        loss_mask, position_ids = torch.from_numpy(loss_mask), torch.from_numpy(position_ids)
+            arrays["loss_mask"][:] = 0.0
+        tokens, labels = torch.from_numpy(arrays["tokens"]), torch.from_numpy(arrays["labels"])
+        loss_mask = torch.from_numpy(arrays["loss_mask"])
+        position_ids = torch.from_numpy(arrays["position_ids"])
         sample = {"tokens": tokens, "labels": labels}
         if self.config.create_attention_mask:
             if self._causal_mask is None:
@@ -392,5 +333,5 @@ class EndPromptGPTDataset(GPTDataset):
             sample["attention_mask"] = self._causal_mask
         sample["loss_mask"] = loss_mask
         sample["position_ids"] = position_ids
-        sample["terminal_mask"] = torch.from_numpy(terminal_mask)
+        sample["terminal_mask"] = torch.from_numpy(arrays["terminal_mask"])
         return sample

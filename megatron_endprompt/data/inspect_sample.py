@@ -1,6 +1,10 @@
 """One sample of a prefix and the dataset's stats, as ``tools/inspect_endprompt.py`` shows them:
 its tokens (and text, with a tokenizer given or the sidecar's recorded one still on disk), its
-position runs and ids, and its loss weights.
+position runs, and the arrays training gets for it (``tokens``, ``labels``, ``loss_mask``,
+``position_ids``, ``terminal_mask``), made by the dataset's own
+:func:`~megatron_endprompt.data.assemble.assemble_sample` so EOD masking (``--eod-mask-loss``)
+and the prompt-terminal rules show as the trainer sees them. Padding ids are not masked here:
+Megatron's default pad (-1) is never a stored token, and the sidecar records no pad id.
 
 Reads only the corpus and the sidecar: with the recorded ``tokenizer.json`` still present the
 text comes from it alone (:func:`~megatron_endprompt.data.tokenize.tokenizer.json_detokenizer`), without
@@ -14,19 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from megatron_endprompt.data.assemble import SampleRules, assemble_sample
 from megatron_endprompt.data.prepare.atomic_output import ensure_committed
 from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, read_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.spans import sample_reader
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.layout import (
-    LayoutConfig,
-    context_length,
-    describe_runs,
-    loss_weights_from_record,
-    positions_from_record,
-)
+from megatron_endprompt.layout import LayoutConfig, context_length, describe_runs
 
 __all__ = ["inspect_sample", "render_inspection", "sample_tokenizer"]
 
@@ -47,10 +46,13 @@ def sample_tokenizer(header: SidecarHeader, spec: TokenizerSpec | None) -> Any |
 
 
 def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
-                   tokenizer: TokenizerSpec | None = None, text: bool = True) -> dict:
+                   tokenizer: TokenizerSpec | None = None, text: bool = True,
+                   eod_mask_loss: bool = False) -> dict:
     """``{"stats": ..., "sample": ...}`` of sample ``index`` of ``PREFIX`` (sidecar
     ``PREFIX[.NAME].endprompt``); ``tokenizer``: detokenize with it instead of the recorded
-    one; ``text=False``: no text. Raises :class:`UserError` naming the fix."""
+    one; ``text=False``: no text; ``eod_mask_loss``: mask EOD inputs as training's
+    ``--eod-mask-loss`` does (the EOD id from ``tokenizer``, else the recorded one). Raises
+    :class:`UserError` naming the fix."""
     ensure_committed(prefix, flag="inspect")  # roll an interrupted preprocessing commit forward
     for suffix in (".bin", ".idx"):
         if not os.path.isfile(prefix + suffix):
@@ -64,12 +66,12 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
     tokens = np.asarray(sample_reader(prefix, sidecar)(index), dtype=np.int64)
     P = layout.seq_length
     record = np.asarray(sidecar.records[index])
-    positions = positions_from_record(record, P)
-    weights = loss_weights_from_record(record, P, context_weight=layout.context_loss_weight,
-                                       terminal_weight=layout.terminal_loss_weight,
-                                       predict_after_terminal=header.terminal_source != "prompt")
     a = context_length(record)
     tok = sample_tokenizer(header, tokenizer) if text else None
+    eod = _eod_id(header, tok if tokenizer is not None else None) if eod_mask_loss else None
+    rules = SampleRules(seq_length=P, weights=layout.loss_weights,
+                        prompt_terminal=header.terminal_source == "prompt", eod=eod)
+    arrays = assemble_sample(tokens, record, rules)
     vocab = getattr(tok, "vocab_size", None) if tok is not None else None
     if vocab is not None and int(tokens.max()) >= vocab:
         rec = header.tokenizer_identity or TokenizerIdentity()
@@ -100,15 +102,23 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
         "terminal_length": P - a,
         "runs": [dict(token_offset=o, first_position=s, length=ln)
                  for o, s, ln in describe_runs(record, P)],
-        "tokens": tokens[:P].tolist(),
-        "label_token": int(tokens[P]),
-        "position_ids": positions.tolist(),
-        "loss_weights": weights.tolist(),
+        **{key: values.tolist() for key, values in arrays.items()},
     }
     if tok is not None:
         sample["context_text"] = tok.detokenize(tokens[:a].tolist())
         sample["terminal_text"] = tok.detokenize(tokens[a:P].tolist())
     return {"stats": stats, "sample": sample}
+
+
+def _eod_id(header: SidecarHeader, given: Any | None) -> int:
+    """The EOD id ``--eod-mask-loss`` masks: the ``given`` tokenizer's, else the recorded one."""
+    eod = getattr(given, "eod", None)
+    if eod is None and header.tokenizer_identity is not None:
+        eod = header.tokenizer_identity.eod
+    if eod is None:
+        raise UserError("--eod-mask-loss: the sidecar records no EOD id; give the training "
+                        "tokenizer with --tokenizer-type/--tokenizer-model")
+    return int(eod)
 
 
 def _compact(values: np.ndarray) -> str:
@@ -125,14 +135,14 @@ def _compact(values: np.ndarray) -> str:
 def render_inspection(prefix: str, found: dict) -> str:
     """The human-readable form of :func:`inspect_sample`'s result."""
     stats, sample = found["stats"], found["sample"]
-    layout = LayoutConfig(**stats["layout"])
+    layout = LayoutConfig.from_header(stats["layout"])
     n, P, a = stats["samples"], layout.seq_length, sample["context_length"]
     tokens = sample["tokens"]
     lines = [
         f"{prefix}: {n:,} samples, P={P}, L={layout.target_length}, "
         f"placement={layout.placement}, source={stats['terminal_source']}, "
-        f"pose_chunks={layout.pose_chunks}, w={layout.terminal_loss_weight}, "
-        f"context weight={layout.context_loss_weight}",
+        f"pose_chunks={layout.pose_chunks}, w={layout.loss_weights.terminal}, "
+        f"context weight={layout.loss_weights.context}",
         f"sidecar: {stats['sidecar_bytes']:,} bytes = "
         f"{100 * stats['sidecar_bytes'] / max(stats['bin_bytes'], 1):.4f}% of .bin; terminal "
         f"start min/mean/max {stats['terminal_start_min_mean_max']}",
@@ -143,7 +153,7 @@ def render_inspection(prefix: str, found: dict) -> str:
                      f" -> positions {run['first_position']}.."
                      f"{run['first_position'] + run['length'] - 1}")
     lines.append(f"position_ids: {_compact(np.asarray(sample['position_ids']))}")
-    values, first = np.unique(np.asarray(sample["loss_weights"]), return_index=True)
+    values, first = np.unique(np.asarray(sample["loss_mask"]), return_index=True)
     lines.append("loss weights: " + ", ".join(
         f"{v:g} from token {i}"
         for v, i in sorted(zip(values.tolist(), first.tolist()), key=lambda x: x[1])))

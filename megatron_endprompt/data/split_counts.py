@@ -1,5 +1,6 @@
 """Samples per train/valid/test split of one prefix, split the way Megatron's
-``BlendedMegatronDatasetBuilder`` splits it, checked before training starts (issue 27).
+``BlendedMegatronDatasetBuilder`` splits it, checked before training starts (an empty split
+would otherwise fail deep inside Megatron after the expensive start-up).
 
 Megatron parses ``--split`` into a split matrix (``parse_and_normalize_split`` +
 ``convert_split_vector_to_split_matrix``: a split of weight 0 is ``None``, not built) and gives

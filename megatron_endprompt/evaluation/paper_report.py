@@ -12,8 +12,8 @@ Published numbers (:data:`PAPER`): averages only, no per-task cells. The RULER a
 EndPrompt (76.03), full-length fine-tuning (69.23), LCEG (72.24) and LongLoRA (72.95) are in the
 paper's abstract (arXiv 2605.14589v1: LLaMA-family models extended from 8K to 64K); PoSE's
 RULER average (78.91), EndPrompt's LongBench average (38.30) and short-text average (53.56)
-are as the project's issue 23 quotes them from the paper's Tables 1, 2, 5 (not re-checked
-against the tables here). We do not assert which model row of the paper a run corresponds to:
+are as the project's task statement transcribed them from the paper's Tables 1, 2, 5 (not
+re-checked against the tables here). We do not assert which model row of the paper a run corresponds to:
 the reader must check that the model and training setting match.
 """
 
@@ -32,7 +32,8 @@ __all__ = ["PAPER", "PAPER_SOURCE", "RULER_13", "PAPER_LENGTHS", "ruler_paper_av
 RULER_13: tuple[str, ...] = (*SYNTHETIC_TASKS, *QA_TASKS)
 PAPER_LENGTHS: tuple[int, ...] = (4096, 8192, 16384, 32768, 65536)
 PAPER_SOURCE = "EndPrompt paper, Tables 1, 2, 5"
-#: Averages published in the paper (as quoted in issue 23): method -> table -> average.
+#: Averages published in the paper (as transcribed in the task statement): method -> table ->
+#: average.
 PAPER: dict[str, dict[str, float]] = {
     "EndPrompt": {"ruler_4k_64k": 76.03, "longbench": 38.30, "short_text": 53.56},
     "full-length fine-tuning": {"ruler_4k_64k": 69.23},

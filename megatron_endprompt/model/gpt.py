@@ -20,6 +20,7 @@ dropped on load), no other module is added or renamed, so ``state_dict`` and
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from megatron.core.models.gpt.gpt_model import GPTModel
@@ -54,10 +55,24 @@ class EndPromptGPTModel(EndPromptPositions, GPTModel):
         transformer_layer_spec = block_spec_with_layer_norm(
             config, transformer_layer_spec, vp_stage=kwargs.get("vp_stage"),
             pg_collection=kwargs.get("pg_collection"))
+        bound = inspect.signature(GPTModel.__init__).bind(
+            self, config, transformer_layer_spec, *args, **kwargs)
+        bound.apply_defaults()
+        stock = bound.arguments  # what GPTModel built its RotaryEmbedding from
         super().__init__(config, transformer_layer_spec, *args, **kwargs)
         self._check_rope_config()
-        self.rotary_pos_emb = EndPromptRotaryEmbedding.from_stock(
-            self.rotary_pos_emb, pi_factor=pi_factor, yarn=yarn,
-            rotary_base=kwargs.get("rotary_base", 10000),
-            llama3=bool(kwargs.get("rope_scaling", False)),
+        # Built from the same arguments as stock's (its CP group read back: where GPTModel
+        # finds it differs between Megatron-Core versions).
+        self.rotary_pos_emb = EndPromptRotaryEmbedding(
+            kv_channels=self.config.kv_channels,
+            rotary_percent=stock["rotary_percent"],
+            rotary_interleaved=self.config.rotary_interleaved,
+            pi_factor=pi_factor,
+            seq_len_interpolation_factor=stock["seq_len_interpolation_factor"],
+            rotary_base=stock["rotary_base"],
+            rope_scaling=stock["rope_scaling"],
+            rope_scaling_factor=stock["rope_scaling_factor"],
+            use_cpu_initialization=self.config.use_cpu_initialization,
+            cp_group=self.rotary_pos_emb.cp_group,
+            yarn=yarn,
         )

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
-from torch import Tensor, nn
+from torch import Tensor
 
 from megatron_endprompt.model.yarn import YarnScaling
 from megatron_endprompt.window import resolve_pi_factor
@@ -135,31 +135,6 @@ class EndPromptRotaryEmbedding(RotaryEmbedding):
     def attention_factor(self) -> float:
         """The factor on cos and sin (YaRN's temperature; 1 without YaRN)."""
         return 1.0 if self.yarn is None else self.yarn.attention_factor()
-
-    @classmethod
-    def from_stock(
-        cls, stock: RotaryEmbedding, *, pi_factor: float | None = None,
-        yarn: YarnScaling | None = None, rotary_base: float = 10000, llama3: bool = False,
-    ) -> EndPromptRotaryEmbedding:
-        """Take over a built stock ``RotaryEmbedding`` (same ``inv_freq`` — Llama-3.1 scaling
-        included —, interleaving, CP group), adding the PI factor, or YaRN's frequencies for
-        ``yarn`` (then ``rotary_base`` and whether stock used Llama-3.1 scaling, ``llama3``, are
-        needed: stock keeps neither). No parameters are involved."""
-        if type(stock) is not RotaryEmbedding and not isinstance(stock, cls):
-            raise TypeError(f"expected Megatron's RotaryEmbedding, got {type(stock).__name__}")
-        new = cls.__new__(cls)
-        nn.Module.__init__(new)
-        for name, value in vars(stock).items():
-            if not name.startswith("_"):
-                setattr(new, name, value)
-        s = resolve_pi_factor(pi_factor, stock.seq_len_interpolation_factor)
-        new.seq_len_interpolation_factor = None if s == 1.0 else s
-        new.yarn = None
-        new._call = None
-        if yarn is not None:
-            new._use_yarn(yarn, rotary_base=rotary_base, llama3=llama3)
-        new.train(stock.training)
-        return new
 
     @property
     def pi_factor(self) -> float:

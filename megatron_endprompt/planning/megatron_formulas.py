@@ -39,9 +39,9 @@ def padded_vocab_size(vocab: int, tp: int) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     with warnings.catch_warnings():  # "Apex is not installed..." import chatter
         warnings.simplefilter("ignore")
         from megatron.training.arguments import add_megatron_arguments
@@ -129,9 +129,9 @@ class MegatronAccounting:
     def train_flops(self, batch_size: int) -> float:
         """Megatron's ``num_floating_point_operations(args, batch_size)``: model FLOPs of one
         global batch of ``batch_size`` sequences of ``seq_length`` tokens (forward + backward)."""
-        from megatron_endprompt.compat import quiet_megatron_import_noise
+        from megatron_endprompt import runtime
 
-        quiet_megatron_import_noise()
+        runtime.quiet()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from megatron.training.training import num_floating_point_operations

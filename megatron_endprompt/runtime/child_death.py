@@ -1,4 +1,4 @@
-"""Child processes of a training rank exit with it (issue 9 item 10).
+"""Child processes of a training rank exit with it.
 
 Why: Megatron's asynchronous checkpointing starts writer processes (``fork`` in
 ``TemporalAsyncCaller``, ``spawn`` in ``PersistentAsyncCaller`` and the results ``Manager``);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
@@ -42,9 +43,8 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                    help="override the sidecars' terminal weight w (> 0)")
     g.add_argument("--endprompt-context-loss-weight", type=float, default=None,
                    help="override the sidecars' context weight (>= 0)")
-    g.add_argument("--endprompt-require-sidecar", action="store_true",
-                   help="(default now; kept for compatibility) refuse data prefixes without a "
-                        "sidecar unless listed in --endprompt-replay-prefixes")
+    g.add_argument("--endprompt-require-sidecar", nargs=0, action=_RetiredFlag,
+                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     g.add_argument("--endprompt-sidecar-name", default=None, metavar="NAME",
                    help="read PREFIX.NAME.endprompt (a named layout) instead of PREFIX.endprompt")
     g.add_argument("--endprompt-replay-prefixes", nargs="+", default=None, metavar="PREFIX",
@@ -161,7 +161,6 @@ def check_sidecars(args: argparse.Namespace,
     the start-up :class:`TokenizerIdentity` (:func:`startup_tokenizer_identity`); without it,
     rank 0 computes it here."""
     import os
-    from dataclasses import asdict
 
     from megatron_endprompt.data.dataset import find_sidecar
     from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name
@@ -200,8 +199,20 @@ def check_sidecars(args: argparse.Namespace,
         if sidecar is not None:
             ensure_verified(sidecar, prefix, cache_dir(prefix, getattr(args, "data_cache_path",
                                                                        None)), build=rank0)
-            found[prefix] = asdict(sidecar.layout)
+            found[prefix] = sidecar.layout.to_header()
     return found
+
+
+class _RetiredFlag(argparse.Action):
+    """A flag that no longer does anything: accepted (an old launch line asked for what now
+    always happens) with one ``warning:`` line on rank 0, and not stored, so neither ``args``
+    nor a checkpoint carries it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if _rank0():
+            print(f"warning: {option_string} is no longer needed (every data prefix needs a "
+                  "sidecar unless listed in --endprompt-replay-prefixes); drop it from the "
+                  "launch line", file=sys.stderr)
 
 
 def _rank0() -> bool:

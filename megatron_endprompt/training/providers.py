@@ -114,6 +114,7 @@ def dataset_config_from_args(args: Any, tokenizer_identity: Any = None):
     from megatron.training.utils.common_utils import get_blend_and_blend_per_split
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig
+    from megatron_endprompt.loss_weights import LossWeights
 
     blend, blend_per_split = get_blend_and_blend_per_split(args)
     return EndPromptDatasetConfig(
@@ -130,9 +131,8 @@ def dataset_config_from_args(args: Any, tokenizer_identity: Any = None):
         eod_mask_loss=args.eod_mask_loss,
         create_attention_mask=args.create_attention_mask_in_dataloader,
         endprompt_target_length=args.endprompt_target_length,
-        endprompt_terminal_loss_weight=args.endprompt_terminal_loss_weight,
-        endprompt_context_loss_weight=args.endprompt_context_loss_weight,
-        endprompt_require_sidecar=args.endprompt_require_sidecar,
+        endprompt_loss_weights=LossWeights(terminal=args.endprompt_terminal_loss_weight,
+                                           context=args.endprompt_context_loss_weight),
         endprompt_sidecar_name=args.endprompt_sidecar_name,
         endprompt_replay_prefixes=args.endprompt_replay_prefixes,
         endprompt_tokenizer_identity=tokenizer_identity,

@@ -21,6 +21,7 @@ from megatron_endprompt.data.sidecar.spans import sample_reader
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig, positions_from_record
+from megatron_endprompt.loss_weights import LossWeights
 
 P, L, B, VOCAB = 32, 256, 8, 1000
 SPEC = TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB)
@@ -48,7 +49,7 @@ def data(tmp_path_factory):
     preprocess(PreprocessOptions(
         inputs=[corpus], output_prefix=ep, tokenizer=SPEC, append_eod=True, progress=False,
         layout=LayoutConfig(seq_length=P, target_length=L, placement="random", pose_chunks=2,
-                            terminal_loss_weight=0.25),
+                            loss_weights=LossWeights(terminal=0.25, context=1.0)),
         terminal=TerminalSpec(source="continuation", length=B, seed=7)))
     plain = str(root / "plain")
     rng = np.random.default_rng(1)
@@ -175,7 +176,8 @@ def test_cache_is_reused_and_keyed_by_endprompt_params(tok, data, tmp_path):
     files = set(os.listdir(cache))
     _build(_config(tok, ([data["ep"]], [1.0]), cache))
     assert set(os.listdir(cache)) == files, "second build hits the cache"
-    _build(_config(tok, ([data["ep"]], [1.0]), cache, endprompt_terminal_loss_weight=0.5))
+    _build(_config(tok, ([data["ep"]], [1.0]), cache,
+                   endprompt_loss_weights=LossWeights(terminal=0.5)))
     assert set(os.listdir(cache)) > files, "EndPrompt parameters are part of the cache key"
 
 
@@ -188,7 +190,7 @@ def test_training_flags_checked_against_sidecar(tok, data, tmp_path):
     with pytest.raises(UserError, match="reset-position-ids"):
         _build(_config(tok, ([data["ep"]], [1.0]), tmp_path / "c", reset_position_ids=True))
     with pytest.raises(UserError, match="no EndPrompt sidecar"):
-        _build(_config(tok, ([data["plain"]], [1.0]), tmp_path / "c", endprompt_require_sidecar=True))
+        _build(_config(tok, ([data["plain"]], [1.0]), tmp_path / "c"))
 
 
 def test_prefix_without_sidecar_is_refused_unless_listed_as_replay(tok, data, tmp_path):
@@ -271,7 +273,7 @@ def test_replay_prefix_rewritten_is_not_served_a_stale_index(tok, tmp_path):
 
 def test_megatron_conventions_eod_padding_and_overrides(tok, data, tmp_path):
     cfg = _config(tok, ([data["ep"]], [1.0]), tmp_path / "c", eod_mask_loss=True,
-                  endprompt_terminal_loss_weight=0.5, endprompt_context_loss_weight=0.0,
+                  endprompt_loss_weights=LossWeights(terminal=0.5, context=0.0),
                   create_attention_mask=True)
     inner = _endprompt_parts(_build(cfg)[0])[0]
     hits = 0

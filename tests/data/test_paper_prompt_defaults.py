@@ -14,6 +14,7 @@ from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, tokenize_prompts
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.layout import LayoutConfig, loss_weights_from_record
+from megatron_endprompt.loss_weights import LossWeights
 
 P, L = 64, 512  # tests/conftest.py's SPM_P, SPM_L
 EP1 = "This is the end of text, please pay attention here."
@@ -65,7 +66,7 @@ def test_prompt_terminals_default_to_a_small_weight(run_tool, spm_args, tmp_path
                                   "--terminal-loss-weight", 1), 1.0)):
         _run(run_tool, spm_args(tmp_path / name, *extra))
         layout = read_sidecar(sidecar_path(str(tmp_path / name))).layout
-        assert layout.terminal_loss_weight == pytest.approx(w), name
+        assert layout.loss_weights.terminal == pytest.approx(w), name
 
 
 def test_no_prediction_after_the_last_prompt_token(run_tool, llama3_args, llama3_tokenizer,
@@ -80,7 +81,7 @@ def test_no_prediction_after_the_last_prompt_token(run_tool, llama3_args, llama3
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
 
     rec = np.array([P - 4, L - 4], dtype=np.int32)
-    cont = loss_weights_from_record(rec, P, context_weight=1.0, terminal_weight=0.1)
+    cont = loss_weights_from_record(rec, P, LossWeights(terminal=0.1, context=1.0))
     assert cont[-1] == pytest.approx(0.1)
     for source in ("prompt", "continuation"):
         prefix = tmp_path / source
@@ -102,4 +103,4 @@ def test_no_prediction_after_the_last_prompt_token(run_tool, llama3_args, llama3
                 assert np.all(lm[:a - 1] == 1)
             else:
                 assert lm[P - 1] == pytest.approx(1.0)
-    assert LayoutConfig(seq_length=P, target_length=L).terminal_loss_weight == 1.0
+    assert LayoutConfig(seq_length=P, target_length=L).loss_weights.terminal == 1.0

@@ -23,6 +23,7 @@ from megatron_endprompt.layout import (
     loss_weights_from_record,
     positions_from_record,
 )
+from megatron_endprompt.loss_weights import LossWeights
 
 P, L, B = 64, 512, 8  # as in tests/conftest.py (spm_args)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -229,7 +230,7 @@ def test_prompt_builtin(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_path)
     used = _check_prompt_samples(samples, sc, spm_tokenizer, list(BUILTIN_PROMPTS), stream)
     assert summary["tokens_in"] == used + summary["tokens_left_over_at_end"]
     assert sc.header.prompts == list(BUILTIN_PROMPTS) and sc.header.terminal_length is None
-    assert sc.layout.terminal_loss_weight == pytest.approx(0.1)
+    assert sc.layout.loss_weights.terminal == pytest.approx(0.1)
     counts = summary["prompt_counts"]
     assert sum(counts.values()) == len(samples)
     assert sum(v > 0 for v in counts.values()) >= 2  # prompts of different lengths are drawn
@@ -358,11 +359,12 @@ def test_inspect_json_matches_layout(run_tool, pose_prefix, spm_tokenizer):
         assert sample["context_length"] == int(rec[0])
         assert sample["terminal_length"] == P - int(rec[0])
         assert sample["tokens"] == samples[index][:P].tolist()
-        assert sample["label_token"] == int(samples[index][P]) == spm_tokenizer.eod
+        assert sample["labels"] == samples[index][1:].tolist()
+        assert samples[index][P] == spm_tokenizer.eod
         assert sample["position_ids"] == positions_from_record(rec, P).tolist()
-        weights = loss_weights_from_record(rec, P, context_weight=0.5, terminal_weight=0.25,
+        weights = loss_weights_from_record(rec, P, LossWeights(terminal=0.25, context=0.5),
                                            predict_after_terminal=False)  # a prompt terminal
-        assert sample["loss_weights"] == pytest.approx(weights.tolist())
+        assert sample["loss_mask"] == pytest.approx(weights.tolist())
         assert [(r["token_offset"], r["first_position"], r["length"]) for r in sample["runs"]] \
             == describe_runs(rec, P)
         assert len(sample["runs"]) == 4  # 3 context pieces + the terminal

@@ -6,7 +6,6 @@ import json
 import os
 import struct
 import zlib
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from megatron_endprompt.data.sidecar.sidecar import (
 )
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig, make_record, sample_rng
+from megatron_endprompt.loss_weights import LossWeights
 
 P, L = 32, 256
 TOKENIZER = {"tokenizer_type": "NullTokenizer", "tokenizer_model": None, "vocab_size": 501,
@@ -33,14 +33,14 @@ TOKENIZER = {"tokenizer_type": "NullTokenizer", "tokenizer_model": None, "vocab_
 
 def _write_set(prefix: str, n: int = 20, pose: int = 2, seed: int = 0, name=None):
     layout = LayoutConfig(seq_length=P, target_length=L, placement="random", pose_chunks=pose,
-                          terminal_loss_weight=0.5)
+                          loss_weights=LossWeights(terminal=0.5, context=1.0))
     builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
     rng = np.random.default_rng(seed)
     for _ in range(n):
         builder.add_document(rng.integers(0, 500, P + 1), [P + 1])
     builder.finalize(prefix + ".idx")
     records = np.stack([make_record(layout, terminal_length=4, rng=sample_rng(seed, i)) for i in range(n)])
-    header = SidecarHeader(layout=asdict(layout), terminal_source="continuation", terminal_length=4,
+    header = SidecarHeader(layout=layout.to_header(), terminal_source="continuation", terminal_length=4,
                            seed=seed, num_samples=n, tokenizer=dict(TOKENIZER),
                            **data_fingerprint(prefix))
     write_sidecar(sidecar_path(prefix, name), header, records)

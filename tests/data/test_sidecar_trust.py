@@ -103,7 +103,6 @@ def test_full_verification_memory_is_one_chunk(tmp_path, monkeypatch):
     """Records are never copied whole: verifying 4 MB of records with 64 KB chunks allocates
     about one chunk (the old code copied the whole table with ``records.tobytes()``)."""
     import tracemalloc
-    from dataclasses import asdict
 
     import numpy as np
 
@@ -114,7 +113,7 @@ def test_full_verification_memory_is_one_chunk(tmp_path, monkeypatch):
     layout = LayoutConfig(seq_length=P, target_length=L)
     records = np.tile(np.array([P - b, L - b], dtype=np.int32), (n, 1))
     path = str(tmp_path / "big.endprompt")
-    header = SidecarHeader(layout=asdict(layout), terminal_source="continuation",
+    header = SidecarHeader(layout=layout.to_header(), terminal_source="continuation",
                            terminal_length=b, num_samples=n, idx_sha256="0" * 64,
                            idx_bytes=34 + 20 * n, bin_bytes=n * (P + 1) * 2)
     write_sidecar(path, header, records)

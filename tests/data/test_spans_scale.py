@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pickle
 import tracemalloc
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -88,7 +87,7 @@ def _windows_sources(rng, n, tokens):
 
 def write_spans(path, sources, layout, n, bin_bytes):
     records = np.tile(np.array([P - B, L - B], dtype=np.int32), (n, 1))
-    header = SidecarHeader(layout=asdict(LayoutConfig(seq_length=P, target_length=L)),
+    header = SidecarHeader(layout=LayoutConfig(seq_length=P, target_length=L).to_header(),
                            terminal_source="continuation", terminal_length=B, num_samples=n,
                            idx_sha256="0" * 64, idx_bytes=10**6, bin_bytes=bin_bytes,
                            sources={"kind": "spans", "layout": layout, "eod": EOD,

@@ -22,11 +22,9 @@ def test_values_are_checked_on_construction():
     assert TerminalSpec(length=4, seed=2**63 - 1).seed == 2**63 - 1
 
 
-def test_prompt_terminals_have_no_b_and_a_small_default_weight():
+def test_prompt_terminals_have_no_b():
     spec = TerminalSpec(source="prompt", length=8, prompts="ep1-3")
-    assert spec.length is None and spec.is_prompt and spec.loss_weight == 0.1
-    assert TerminalSpec(source="document-tail", length=4).loss_weight == 1.0
-    assert TerminalSpec(source="prompt", weight=0.5).loss_weight == 0.5
+    assert spec.length is None and spec.is_prompt
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.seed = 1
 

@@ -26,11 +26,11 @@ def tiny_cpu(bench_modules):
     fp32) on CPU, its forward run through the runtime's scoped
     :func:`~megatron_endprompt.runtime.cpu_forward` (as ``tests/model/conftest.py`` does) for the
     module's duration."""
-    from megatron_endprompt.compat import quiet_megatron_import_noise
+    from megatron_endprompt import runtime
     from megatron_endprompt.launch import single_process_group
     from megatron_endprompt.runtime import cpu_forward
 
-    quiet_megatron_import_noise()
+    runtime.quiet()
     models, _ = bench_modules
     with single_process_group(), cpu_forward():
 

@@ -107,3 +107,18 @@ def test_l0_read_from_a_torch_dist_checkpoint(tmp_path):
     saved = loaded_checkpoint_args(args)
     assert saved.max_position_embeddings == 8192
     assert resolve_endprompt_args(args, saved).pi_factor == 8.0
+
+
+def test_retired_require_sidecar_flag_warns_once_and_is_not_kept(capsys, monkeypatch):
+    """``--endprompt-require-sidecar`` asked for what always happens now: an old launch line
+    still starts, with one ``warning:`` line on rank 0 (none on the others), and the flag
+    leaves nothing in ``args`` (so nothing in a checkpoint)."""
+    monkeypatch.setenv("RANK", "0")
+    args = parse("--endprompt-target-length", 65536, "--endprompt-require-sidecar")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: --endprompt-require-sidecar")
+    assert "drop it" in err and not hasattr(args, "endprompt_require_sidecar")
+    monkeypatch.setenv("RANK", "1")
+    parse("--endprompt-target-length", 65536, "--endprompt-require-sidecar")
+    assert capsys.readouterr().err == ""
+    assert not hasattr(parse("--endprompt-target-length", 65536), "endprompt_require_sidecar")

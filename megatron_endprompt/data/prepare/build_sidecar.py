@@ -24,7 +24,7 @@ trainer then warns that it cannot check it).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -212,7 +212,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
                              if spec else None)).as_dict()
     packed, layout = pack_sources(ptr.array()[:, 0], pieces.array(), P)
     header = SidecarHeader(
-        layout=asdict(opts.layout),
+        layout=opts.layout.to_header(),
         terminal_source=term.source,
         terminal_length=term.length,
         prompts=prompt_texts,

@@ -11,12 +11,16 @@ import numpy as np
 
 
 def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab: int,
-                       docs: int = 150, terminal_length: int = 8, **layout: object) -> str:
-    """``root/ep`` (.bin/.idx/.endprompt) from ``docs`` documents of a 6-token motif x 12."""
+                       docs: int = 150, terminal_length: int = 8,
+                       terminal_loss_weight: float = 1.0, **layout: object) -> str:
+    """``root/ep`` (.bin/.idx/.endprompt) from ``docs`` documents of a 6-token motif x 12;
+    ``terminal_loss_weight``: ``w`` (context weight 1); ``layout``: other
+    :class:`~megatron_endprompt.layout.LayoutConfig` fields."""
     from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
     from megatron_endprompt.layout import LayoutConfig
+    from megatron_endprompt.loss_weights import LossWeights
 
     rng = np.random.default_rng(0)
     corpus = os.path.join(root, "c.jsonl")
@@ -28,7 +32,9 @@ def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab:
     preprocess(PreprocessOptions(
         inputs=[corpus], output_prefix=out, progress=False,
         tokenizer=TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=vocab),
-        layout=LayoutConfig(seq_length=seq_length, target_length=target_length, **layout),
+        layout=LayoutConfig(seq_length=seq_length, target_length=target_length,
+                            loss_weights=LossWeights(terminal=terminal_loss_weight, context=1.0),
+                            **layout),
         terminal=TerminalSpec(source="continuation", length=terminal_length),
         append_eod=True))
     return out

@@ -1,6 +1,6 @@
 """What a write to a prefix must never do: overwrite an input, another prefix's sidecar, or
 leave a prefix's other sidecars describing a corpus that is gone; and what a merge must never
-accept: a shard set with a shard missing, given twice, or from another run (issue 27).
+accept: a shard set with a shard missing, given twice, or from another run.
 
 Why here, in one place: every tool that writes a prefix (preprocess, build_sidecar, merge)
 meets the same three hazards, and each was a silent data loss or a wrong success.

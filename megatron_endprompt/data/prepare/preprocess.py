@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from megatron_endprompt.data.prepare.atomic_output import PrefixWriter, check_output_prefix
 from megatron_endprompt.data.prepare.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
@@ -192,7 +192,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
                 "tokenizer_path": path, "tokenizer_path_reason": why}
         if opts.partitions > 1:  # what a merge checks: every shard of this one run
             read["run_id"] = run_id(
-                base_seed=opts.terminal.seed, layout=asdict(opts.layout),
+                base_seed=opts.terminal.seed, layout=opts.layout.to_header(),
                 terminal_source=opts.terminal.source, terminal_length=opts.terminal.length,
                 count=opts.partitions, inputs=paths)
         if n_docs == 0:

@@ -1,4 +1,4 @@
-"""Per-block CRC-32 of a prefix's ``.bin`` (issue 27): what is verified of the tokens.
+"""Per-block CRC-32 of a prefix's ``.bin``: what is verified of the tokens.
 
 Megatron's ``.bin`` has no checksum, and the sidecar's fingerprint covers the ``.idx``
 (SHA-256) and the ``.bin`` *size* only, so a flipped bit in a token read back silently. Now:

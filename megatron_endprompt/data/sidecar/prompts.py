@@ -6,9 +6,8 @@ tokenizer would otherwise start every terminal with ``<|begin_of_text|>``.
 
 Defaults follow the paper (arXiv 2603.02302): ``--terminal-prompts`` names a built-in set or a
 file. The default set ``ep1`` is EP1 alone (the paper's main result); ``ep1-3`` is the uniform
-EP1-EP3 mixture of its ablation. Prompt terminals default to a small loss weight ``w = 0.1``
-(:data:`DEFAULT_PROMPT_LOSS_WEIGHT`): the paper asks for a small non-zero ``w`` and gives no
-value, so 0.1 is our choice; other terminal sources keep 1.0.
+EP1-EP3 mixture of its ablation. Their default loss weight lives with the weights
+(:class:`~megatron_endprompt.loss_weights.LossWeights`).
 
 Which token EP2 (the end-of-text prompt) is:
 
@@ -55,15 +54,6 @@ DEFAULT_PROMPT_SET = "ep1"
 
 BUILTIN_PROMPTS: tuple[str, ...] = PROMPT_SETS["ep1-3"]
 """EP1, EP2 and EP3 of the EndPrompt paper, in its order."""
-
-DEFAULT_PROMPT_LOSS_WEIGHT = 0.1
-"""``--terminal-loss-weight`` default of prompt terminals: small and non-zero, as the paper asks
-(it states no value)."""
-
-
-def default_terminal_loss_weight(terminal_source: str) -> float:
-    """``w`` when ``--terminal-loss-weight`` is not given: 0.1 for prompts, else 1.0."""
-    return DEFAULT_PROMPT_LOSS_WEIGHT if terminal_source == "prompt" else 1.0
 
 
 def eot_id(tokenizer: Any) -> int | None:

@@ -9,7 +9,7 @@ without PoSE), i.e. ~0.02% of the ``.bin`` at P=8192, and stock Megatron still r
 
 File format: :mod:`~megatron_endprompt.data.sidecar.sidecar_format`.
 
-Two levels of checking (issue 15: a 1T-token corpus has a ~20 GB ``.idx``):
+Two levels of checking (a 1T-token corpus has a ~20 GB ``.idx``):
 
 * :func:`open_sidecar` — cheap, every rank, every start: header checksum, every header value
   validated (:mod:`~megatron_endprompt.data.sidecar.sidecar_checks`), file sizes of the sidecar,
@@ -63,7 +63,7 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
                   sources: np.ndarray | None = None) -> None:
     """Write a sidecar: the one writer every tool uses.
 
-    ``header``: a :class:`SidecarHeader` with ``layout`` (``asdict(LayoutConfig)``),
+    ``header``: a :class:`SidecarHeader` with ``layout`` (:meth:`LayoutConfig.to_header`),
     ``terminal_source``/``terminal_length``/``prompts``/``seed``, ``num_samples`` (= rows of
     ``records`` = sequences in the ``.idx``), the data fingerprints (``**data_fingerprint(prefix)``:
     ``idx_sha256``, ``idx_bytes``, ``bin_bytes``) and ``tokenizer`` (``tokenizer_identity(...)``,

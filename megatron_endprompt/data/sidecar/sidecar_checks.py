@@ -17,7 +17,8 @@ from megatron_endprompt.data.sidecar.sidecar_format import REBUILD, SidecarHeade
 from megatron_endprompt.data.sidecar.terminal_spec import SEED_LIMIT
 from megatron_endprompt.data.sidecar.terminal_spec import TERMINAL_SOURCES as SOURCES
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.layout import PLACEMENTS, LayoutConfig, context_lengths
+from megatron_endprompt.layout import LAYOUT_HEADER_KEYS, PLACEMENTS, LayoutConfig, context_lengths
+from megatron_endprompt.loss_weights import LossWeights
 
 _INT32 = 2**31 - 1
 _IDX_HEADER = 34  # Megatron .idx: magic 9, version 8, dtype 1, sequence and document counts
@@ -59,7 +60,7 @@ def validate_header(values: dict, path: str) -> None:
             raise bad(name, None, "missing")
 
     layout = values["layout"]
-    layout_keys = {f.name for f in fields(LayoutConfig)}
+    layout_keys = set(LAYOUT_HEADER_KEYS)
     if not isinstance(layout, dict) or set(layout) != layout_keys:
         raise bad("layout", layout, f"needs exactly {sorted(layout_keys)}")
     P, L = layout["seq_length"], layout["target_length"]
@@ -71,13 +72,16 @@ def validate_header(values: dict, path: str) -> None:
         raise bad("layout.placement", layout["placement"], f"one of {PLACEMENTS}")
     if not _int_in(layout["pose_chunks"], 1, P - 1):
         raise bad("layout.pose_chunks", layout["pose_chunks"], f"an integer in [1, P-1={P - 1}]")
-    w = layout["terminal_loss_weight"]
-    if not (_is_real(w) and w > 0):
-        raise bad("layout.terminal_loss_weight", w, "finite and > 0")
-    cw = layout["context_loss_weight"]
-    if not (_is_real(cw) and cw >= 0):
-        raise bad("layout.context_loss_weight", cw, "finite and >= 0")
-    config = LayoutConfig(**layout)
+    for key, name, want in (("terminal_loss_weight", "terminal", "finite and > 0"),
+                            ("context_loss_weight", "context", "finite and >= 0")):
+        value = layout[key]
+        try:
+            LossWeights(**{name: value})  # the one validation of the weights
+        except ValueError:
+            value = None
+        if not _is_real(value):
+            raise bad(f"layout.{key}", layout[key], want)
+    config = LayoutConfig.from_header(layout)
 
     source, b = values["terminal_source"], values["terminal_length"]
     if source not in SOURCES:

@@ -161,7 +161,7 @@ class SidecarHeader:
 
     def layout_config(self) -> LayoutConfig:
         """The ``LayoutConfig`` the records were drawn with."""
-        return LayoutConfig(**self.layout)
+        return LayoutConfig.from_header(self.layout)
 
     @property
     def tokenizer_identity(self) -> TokenizerIdentity | None:

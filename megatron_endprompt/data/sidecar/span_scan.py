@@ -2,7 +2,7 @@
 verification and the split's sample list.
 
 Why a module of its own: these run once per file identity (verification) or once per index
-cache (sample list), on one rank, where the corpus is largest (issue 15: ~10^9 samples at 1T
+cache (sample list), on one rank, where the corpus is largest (~10^9 samples at 1T
 tokens). Each streams over blocks of :data:`~.spans.BLOCK` samples read with ``read()``
 (:meth:`~.spans.SpanIndex.read`): temporaries are O(block) and no mapped page is left
 counting in the process's RSS. The first start costs the checksum's sequential read plus

@@ -1,5 +1,4 @@
-"""The terminal of every sample: where its last tokens come from, how many, its loss weight and
-the seed of the per-sample draws — one frozen :class:`TerminalSpec`, defined and validated here
+"""The terminal of every sample: where its last tokens come from, how many, and the seed of the per-sample draws — one frozen :class:`TerminalSpec`, defined and validated here
 once for preprocessing, sidecar building and the CLIs; :func:`check_source`/:func:`check_seed`
 are the same rules for a value read from a sidecar header.
 """
@@ -8,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron_endprompt.data.sidecar.prompts import default_terminal_loss_weight
 from megatron_endprompt.layout import LayoutConfig
 
 TERMINAL_SOURCES: tuple[str, ...] = ("continuation", "document-tail", "prompt")
@@ -42,9 +40,6 @@ class TerminalSpec:
     length: int | None = None
     """``--terminal-length``: ``b`` (continuation / document-tail); ``None`` for prompts (each
     prompt's own length)."""
-    weight: float | None = None
-    """``--terminal-loss-weight`` as given (``None``: :attr:`loss_weight` picks the source's
-    default)."""
     seed: int = 1234
     """``--seed``: per-sample layouts (and prompts) come from ``(seed, partition, sample)``."""
 
@@ -60,11 +55,6 @@ class TerminalSpec:
     def is_prompt(self) -> bool:
         """Prompt terminals (tokenized prompt + EOD) rather than corpus tokens."""
         return self.source == "prompt"
-
-    @property
-    def loss_weight(self) -> float:
-        """``w``: the given weight, else 0.1 for prompts and 1.0 for the other sources."""
-        return default_terminal_loss_weight(self.source) if self.weight is None else self.weight
 
     def check(self, layout: LayoutConfig) -> None:
         """``ValueError`` when ``b`` does not fit ``layout`` (prompts are checked once

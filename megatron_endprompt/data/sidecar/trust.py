@@ -1,4 +1,4 @@
-"""Verify once, then trust a cheap key (issue 15).
+"""Verify once, then trust a cheap key.
 
 Why: full verification of a prefix (SHA-256 of the ``.idx``, CRC and consistency of every
 sidecar record) reads the whole ``.idx`` — ~20 GB for a 1T-token corpus — so doing it on every

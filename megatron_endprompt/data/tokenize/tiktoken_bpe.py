@@ -1,8 +1,8 @@
 """A ``tiktoken`` encoding equal to a byte-level BPE ``tokenizer.json`` — or the reason it
 cannot be one.
 
-Why: ``tiktoken`` encodes the same byte-level BPE ~5x cheaper per token than HF ``tokenizers``
-(issue 26). It is only used when it is *provably the same tokenizer* by structure, and the
+Why: ``tiktoken`` encodes the same byte-level BPE ~5x cheaper per token than HF ``tokenizers``.
+It is only used when it is *provably the same tokenizer* by structure, and the
 caller then also compares ids with Megatron's tokenizer (:mod:`.encode`'s probe). Structure
 accepted (everything else is refused with its reason, and the HF path runs):
 
