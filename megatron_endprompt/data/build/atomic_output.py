@@ -49,8 +49,8 @@ from megatron_endprompt.disk import fsync_dir, pid_alive
 from megatron_endprompt.errors import UserError
 
 __all__ = ["SUFFIXES", "COMMIT_STEPS", "FAULT_ENV", "PrefixWriter", "check_output_prefix",
-           "check_targets", "written_paths", "prefix_lock", "finish_interrupted_commit", "ensure_committed",
-           "remove_stale_temporaries", "pid_alive"]
+           "check_targets", "written_paths", "prefix_lock", "finish_interrupted_commit",
+           "ensure_committed", "remove_stale_temporaries", "pid_alive"]
 
 SUFFIXES = (".bin", ".idx", ".endprompt")
 JOURNAL = ".commit"

@@ -76,9 +76,11 @@ def check_inputs_not_written(inputs: list[str], prefix: str, sidecar: str, *,
                 name.startswith(stem + ".") and ".tmp-" in name:
             hit = real
         if hit is not None:
-            raise UserError(f"{flag} {path} is {hit}, which this run writes to "
-                            f"--output-prefix {prefix}; choose another output prefix (or move "
-                            "the input) so the input is not destroyed")
+            same = os.path.abspath(path) == os.path.abspath(hit)
+            what = "a file" if same else f"the same file as {hit}, a file"
+            raise UserError(f"{flag} {path} is {what} this run writes (--output-prefix "
+                            f"{prefix}); choose another output prefix or move the input, so "
+                            "it is not destroyed")
 
 
 def _shard(header: SidecarHeader) -> tuple[int, int] | None:
