@@ -45,6 +45,15 @@ def _input_named(suffix: str, *extra: str, link: bool = False):
     return build
 
 
+def _lock_is_link(hard: bool):
+    """``PREFIX.lock`` is a link to the corpus's ``.bin`` (the lock is truncated in place)."""
+    def build(fx, d):
+        prefix = _copy(fx.good, os.path.join(d, "data"), (".bin", ".idx"))
+        (os.link if hard else os.symlink)(prefix + ".bin", prefix + ".lock")
+        return _sidecar_argv(prefix)
+    return build
+
+
 # -- a target name that is a directory -------------------------------------------------------
 def _target_is_dir(suffix: str, *extra: str):
     def build(fx, d):
@@ -169,6 +178,8 @@ CASES: list[Case] = [
     Case("pp_input_is_named_sidecar", "preprocess", _input_named(".v2.endprompt", "--name", "v2"),
          needle="--input"),
     Case("pp_input_is_lock", "preprocess", _input_named(".lock"), needle="--input"),
+    Case("sc_lock_is_symlink_to_bin", "sidecar", _lock_is_link(False), needle="data.lock"),
+    Case("sc_lock_is_hard_link_to_bin", "sidecar", _lock_is_link(True), needle="data.lock"),
     Case("pp_idx_is_directory", "preprocess", _target_is_dir(".idx"), needle="data.idx"),
     Case("pp_sidecar_is_directory", "preprocess", _target_is_dir(".endprompt"),
          needle="data.endprompt"),

@@ -115,9 +115,12 @@ def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
     path = prefix + LOCK
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the lock is truncated, and would take its target along
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UserError(f"{flag} {prefix}: {path} is a symbolic link; it is this tool's "
+                                "lock file: remove the link") from None
             raise UserError(f"{flag} {prefix}: cannot write in "
                             f"{os.path.dirname(os.path.abspath(prefix))} ({exc.strerror}); "
                             "choose an existing, writable directory") from None
@@ -142,6 +145,10 @@ def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
         if cur is None or (cur.st_ino, cur.st_dev) != (st.st_ino, st.st_dev):
             os.close(fd)  # the previous holder removed it between our open and flock
             continue
+        if st.st_nlink > 1:  # a hard link of some other file: truncating would destroy it
+            os.close(fd)
+            raise UserError(f"{flag} {prefix}: {path} is another name of an existing file (a "
+                            "hard link); it is this tool's lock file: remove that name")
         break
     try:
         os.ftruncate(fd, 0)
