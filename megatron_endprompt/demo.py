@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_megatron_import_noise()
     from megatron_endprompt.cli import inspect, preprocess
-    from megatron_endprompt.data.build.synthetic import train_sentencepiece, write_corpus
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
 
     os.makedirs(args.workdir, exist_ok=True)
     w = lambda name: os.path.join(args.workdir, name)  # noqa: E731

@@ -25,7 +25,7 @@ def verdict_cache(tmp_path_factory, monkeypatch):
 def spm_corpus(tmp_path_factory):
     """``corpus.jsonl`` (40 documents, some shorter than one sample) and ``spm.model`` trained on
     it. Fields: ``root``, ``path``, ``model``, ``texts``."""
-    from megatron_endprompt.data.build.synthetic import train_sentencepiece, write_corpus
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
 
     root = tmp_path_factory.mktemp("spm_corpus")
     path = write_corpus(str(root / "corpus.jsonl"), num_docs=40, seed=0,
@@ -119,8 +119,8 @@ def llama3_tokenizer_dir(spm_corpus):
     """A Llama-3-like Hugging Face tokenizer directory (byte-level BPE trained on
     ``spm_corpus`` in ~20 ms; ``<|begin_of_text|>`` added before every text; base model:
     ``eos_token`` ``<|end_of_text|>``), loadable by ``AutoTokenizer`` and by Megatron's
-    ``HuggingFaceTokenizer``. See :func:`megatron_endprompt.data.build.synthetic.build_llama3_like_tokenizer`."""
-    from megatron_endprompt.data.build.synthetic import build_llama3_like_tokenizer
+    ``HuggingFaceTokenizer``. See :func:`megatron_endprompt.data.prepare.synthetic.build_llama3_like_tokenizer`."""
+    from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer
 
     return build_llama3_like_tokenizer(spm_corpus.texts, str(spm_corpus.root / "llama3_tok"))
 

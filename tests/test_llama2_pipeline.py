@@ -2,7 +2,7 @@
 preprocess with prompt terminals -> Megatron's ``pretrain`` (a tiny MHA Llama-2-shaped model,
 one CPU launch) -> ``megatron-to-hf`` -> ``transformers`` loads it and generates.
 
-The tokenizer is :func:`~megatron_endprompt.data.build.synthetic.build_llama2_like_tokenizer`: a
+The tokenizer is :func:`~megatron_endprompt.data.prepare.synthetic.build_llama2_like_tokenizer`: a
 SentencePiece BPE trained with Llama-2's settings and wrapped by transformers' own converter
 (``LlamaTokenizer``): ``<unk>``/``<s>``/``</s>`` = 0/1/2 and a BOS before every text. Asserted:
 a BOS only ever opens a document and never sits in a terminal, EP2 is ``</s>`` (there is no
@@ -28,7 +28,7 @@ BOS, EOS = 1, 2  # Llama-2's ids (SentencePiece's defaults)
 
 @pytest.fixture(scope="module")
 def llama2_dir(spm_corpus, tmp_path_factory) -> str:
-    from megatron_endprompt.data.build.synthetic import build_llama2_like_tokenizer
+    from megatron_endprompt.data.prepare.synthetic import build_llama2_like_tokenizer
 
     return build_llama2_like_tokenizer(spm_corpus.path, str(tmp_path_factory.mktemp("llama2")))
 

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runtime.quiet()
-    from megatron_endprompt.data.build.preprocess import PreprocessOptions, format_summary, preprocess
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, format_summary, preprocess
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 
     if args.split_sentences:

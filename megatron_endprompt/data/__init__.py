@@ -10,7 +10,7 @@ Rooms, bottom to top (each imports only the rooms below it):
   ``sidecar`` reader/writer, ``sidecar_checks``), the samples' spans into the ``.bin``
   (``spans``, ``span_scan``), the terminal definition it records (``terminal_spec``,
   ``prompts``), ``.bin`` block CRCs and verify-once trust.
-- ``build/``: writing a prefix — ``preprocess`` and ``build_sidecar`` (cutting samples with
+- ``prepare/``: writing a prefix — ``preprocess`` and ``build_sidecar`` (cutting samples with
   ``samples``), ``merge`` of shards, the all-or-nothing commit (``atomic_output``,
   ``prefix_guard``), Megatron's naming, progress lines, and the generated corpora of the demo
   and tests (``synthetic``, ``motif_corpus``).

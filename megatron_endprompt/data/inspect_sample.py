@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from megatron_endprompt.data.build.atomic_output import ensure_committed
+from megatron_endprompt.data.prepare.atomic_output import ensure_committed
 from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, read_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.bin_checksum import verify_bin_ranges
 from megatron_endprompt.data.sidecar.spans import sample_byte_ranges, sample_reader

@@ -27,7 +27,7 @@ import struct
 import sys
 from collections.abc import Mapping
 
-from megatron_endprompt.data.build.prefix_name import resolve_prefix
+from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.window import EndPromptWindow
 

@@ -275,7 +275,7 @@ def _interrupt(*args, **kwargs):
 @pytest.mark.parametrize("where", ["finalize", "sidecar", "mid-stream"])
 def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool, spm_args,
                                                  good_output, tmp_path, monkeypatch):
-    import megatron_endprompt.data.build.build_sidecar as pp
+    import megatron_endprompt.data.prepare.build_sidecar as pp
     from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter as IndexedDatasetBuilder
     import megatron_endprompt.data.tokenize.encode as encode
 

@@ -67,7 +67,7 @@ def test_checksums_of_another_size_are_refused(tmp_path):
 def test_preprocessing_records_them(tmp_path):
     import json
 
-    from megatron_endprompt.data.build.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.data.sidecar.sidecar import read_sidecar
     from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec

@@ -17,7 +17,7 @@ from sidecar_edit import rewrite_header
 from test_build_sidecar import VOCAB, write_corpus
 
 from megatron_endprompt.cli import build_sidecar as cli
-from megatron_endprompt.data.build.atomic_output import prefix_lock
+from megatron_endprompt.data.prepare.atomic_output import prefix_lock
 from megatron_endprompt.data.dataset import find_sidecar
 from megatron_endprompt.data.sidecar.sidecar import open_sidecar, read_sidecar, verify_sidecar
 from megatron_endprompt.data.sidecar.spans import span_reader

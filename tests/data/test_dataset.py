@@ -14,7 +14,7 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-from megatron_endprompt.data.build.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
 from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.spans import sample_reader

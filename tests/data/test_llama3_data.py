@@ -87,7 +87,7 @@ def test_ep2_is_the_tokenizers_end_token(run_tool, llama3_args, llama3_tokenizer
                                          llama3_tokenizer, spm_corpus, tmp_path):
     """Defect 3: EP2 resolves to ``eos_token`` (<|end_of_text|> for base, <|eot_id|> for
     instruct); a prompt-file line that is a special token is that single id."""
-    from megatron_endprompt.data.build.synthetic import build_llama3_like_tokenizer
+    from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     end, eot = _ids(llama3_tokenizer_dir, "<|end_of_text|>", "<|eot_id|>")

@@ -11,7 +11,7 @@ import numpy as np
 from megatron_endprompt.cli import build_sidecar as sidecar_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter
-from megatron_endprompt.data.build.progress import Progress
+from megatron_endprompt.data.prepare.progress import Progress
 
 
 class Clock:

@@ -138,7 +138,7 @@ def test_rank0_verifies_others_hit_the_cache(tmp_path):
 
     from megatron_endprompt.launch import free_port
     from test_dataset import SPEC, _corpus
-    from megatron_endprompt.data.build.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
     from megatron_endprompt.layout import LayoutConfig
 

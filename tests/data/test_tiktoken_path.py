@@ -14,7 +14,7 @@ from tokenizers.trainers import BpeTrainer, WordPieceTrainer
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.tokenize import encode
-from megatron_endprompt.data.build.synthetic import LLAMA3_SPLIT_PATTERN
+from megatron_endprompt.data.prepare.synthetic import LLAMA3_SPLIT_PATTERN
 from megatron_endprompt.data.tokenize.tiktoken_bpe import convert, convert_pattern
 from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS, choose_encoder, tiktoken_encoder
 

@@ -12,7 +12,7 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from torch.utils.data import default_collate
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-from megatron_endprompt.data.build.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
 from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer

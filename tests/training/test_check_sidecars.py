@@ -65,7 +65,7 @@ def test_other_tokenizer_is_refused_naming_both(prefix, spm_corpus, tmp_path, mo
     if other == "null":
         tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", "400"]
     else:
-        from megatron_endprompt.data.build.synthetic import train_sentencepiece
+        from megatron_endprompt.data.prepare.synthetic import train_sentencepiece
 
         model = train_sentencepiece(spm_corpus.path, str(tmp_path / "spm2"), vocab_size=420)
         tok = ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", model]

@@ -12,7 +12,7 @@ from megatron_endprompt.data.sidecar.prompts import default_terminal_loss_weight
 from megatron_endprompt.layout import LayoutConfig
 
 TERMINAL_SOURCES: tuple[str, ...] = ("continuation", "document-tail", "prompt")
-"""``--terminal-source`` choices (see :mod:`~megatron_endprompt.data.build.samples`)."""
+"""``--terminal-source`` choices (see :mod:`~megatron_endprompt.data.prepare.samples`)."""
 
 SEED_LIMIT = 2**63
 """Seeds are in ``[0, 2**63)``: numpy seeds are non-negative and the header stores an int64."""

@@ -8,7 +8,7 @@ sample)``); their spans are shifted by the tokens of the shards before them; the
 of the merged ``.idx``/``.bin`` and the header checksum are recomputed (by
 :func:`~megatron_endprompt.data.sidecar.sidecar.write_sidecar`), and the shards' tokenizer identity is
 carried over. The output is committed like preprocessing's
-(:class:`~megatron_endprompt.data.build.atomic_output.PrefixWriter`: prefix lock, journaled
+(:class:`~megatron_endprompt.data.prepare.atomic_output.PrefixWriter`: prefix lock, journaled
 all-or-nothing commit). Shards with different layout parameters, terminal settings or
 tokenizers are refused: their samples would not belong to one run.
 """
@@ -20,9 +20,9 @@ from dataclasses import asdict
 
 import numpy as np
 
-from megatron_endprompt.data.build.atomic_output import PrefixWriter
+from megatron_endprompt.data.prepare.atomic_output import PrefixWriter
 from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter, IndexReader
-from megatron_endprompt.data.build.prefix_guard import (check_other_sidecars, check_shard_set,
+from megatron_endprompt.data.prepare.prefix_guard import (check_other_sidecars, check_shard_set,
                                                   check_sidecar_target, same_file)
 from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 
-from megatron_endprompt.data.build.atomic_output import written_paths
+from megatron_endprompt.data.prepare.atomic_output import written_paths
 from megatron_endprompt.data.sidecar.sidecar import SUFFIX, SidecarHeader, open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 

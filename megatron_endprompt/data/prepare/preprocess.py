@@ -1,7 +1,7 @@
 """JSONL -> Megatron ``PREFIX.bin/.idx`` (the tokenized documents) + EndPrompt sidecar.
 
 Pipeline: tokenize, then build the sidecar on the same code as for any existing corpus
-(:mod:`~megatron_endprompt.data.build.build_sidecar`). Documents are read in order (a partition of
+(:mod:`~megatron_endprompt.data.prepare.build_sidecar`). Documents are read in order (a partition of
 the inputs with ``--partitions/--partition-index``), tokenized by
 :mod:`~megatron_endprompt.data.tokenize.encode` (Rust batches for HF fast tokenizers, else a worker
 pool) and streamed one document per sequence into
@@ -10,7 +10,7 @@ Megatron-LM's ``tools/preprocess_data.py`` writes through ``IndexedDatasetBuilde
 tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
 before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.tokenize.early_encode`), its
 work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names,
-committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprompt.data.build.atomic_output`).
+committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprompt.data.prepare.atomic_output`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from megatron_endprompt.data.build.atomic_output import (PrefixWriter, check_output_prefix,
-                                                         check_targets)
-from megatron_endprompt.data.build.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
+from megatron_endprompt.data.prepare.atomic_output import (PrefixWriter, check_output_prefix,
+                                                           check_targets)
+from megatron_endprompt.data.prepare.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
 from megatron_endprompt.data.tokenize.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.tokenize.encode import fast_encoded, first_texts, pool_encoded
 from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter, optimal_dtype
-from megatron_endprompt.data.build.prefix_guard import (check_inputs_not_written,
-                                                       check_other_sidecars,
-                                                       check_sidecar_target, run_id)
-from megatron_endprompt.data.build.progress import Progress
+from megatron_endprompt.data.prepare.prefix_guard import (check_inputs_not_written,
+                                                         check_other_sidecars,
+                                                         check_sidecar_target, run_id)
+from megatron_endprompt.data.prepare.progress import Progress
 from megatron_endprompt.data.tokenize.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name, open_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
