@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["atomic_path", "check_writable", "fsync_dir", "pid_alive",
+__all__ = ["atomic_path", "check_writable", "fsync_dir", "naming", "pid_alive",
            "remove_stale_temporaries", "temporary_name", "writable_ancestor", "write_text"]
 
 _TMP_RE = re.compile(r"\.tmp-(\d+)$")
@@ -72,6 +72,19 @@ def remove_stale_temporaries(path: str) -> list[str]:
                 os.unlink(stale)
                 removed.append(stale)
     return removed
+
+
+@contextlib.contextmanager
+def naming(path: str) -> Iterator[None]:
+    """Give ``path`` to an ``OSError`` raised inside without a file name: ``write``, ``flush``
+    and ``fsync`` of an open file name none, so a full disk would otherwise be reported as
+    "the output" instead of the file that could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ import numpy as np
 from megatron_endprompt.data.assemble import SampleRules, assemble_sample
 from megatron_endprompt.data.prepare.atomic_output import ensure_committed
 from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, read_sidecar, sidecar_path
-from megatron_endprompt.data.sidecar.spans import sample_reader
+from megatron_endprompt.data.sidecar.bin_checksum import verify_bin_ranges
+from megatron_endprompt.data.sidecar.spans import sample_byte_ranges, sample_reader
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
@@ -63,6 +64,9 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
     n = header.num_samples
     if not 0 <= index < n:
         raise UserError(f"--index {index} out of range; {prefix} has {n} samples (0..{n - 1})")
+    # as training does at first use, but only the blocks this sample reads (not a whole .bin)
+    checked = verify_bin_ranges(sidecar, prefix + ".bin",
+                                sample_byte_ranges(prefix, sidecar, index))
     tokens = np.asarray(sample_reader(prefix, sidecar)(index), dtype=np.int64)
     P = layout.seq_length
     record = np.asarray(sidecar.records[index])
@@ -95,6 +99,7 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
         "terminal_start_min_mean_max": [int(terminal_starts.min()), float(terminal_starts.mean()),
                                         int(terminal_starts.max())],
         "preprocessing": header.stats,
+        "bin_crc32_blocks_checked": list(checked),
     }
     sample = {
         "index": index,
@@ -132,6 +137,13 @@ def _compact(values: np.ndarray) -> str:
     return ", ".join(out)
 
 
+def _crc_line(checked, index: int) -> str:
+    if not checked or not checked[1]:
+        return ".bin CRC-32: none recorded (sidecar written before they existed); not verified"
+    return (f".bin CRC-32: ok for the {checked[0]} of {checked[1]} blocks holding sample "
+            f"{index} (training checks every block at first use)")
+
+
 def render_inspection(prefix: str, found: dict) -> str:
     """The human-readable form of :func:`inspect_sample`'s result."""
     stats, sample = found["stats"], found["sample"]
@@ -147,6 +159,7 @@ def render_inspection(prefix: str, found: dict) -> str:
         f"{100 * stats['sidecar_bytes'] / max(stats['bin_bytes'], 1):.4f}% of .bin; terminal "
         f"start min/mean/max {stats['terminal_start_min_mean_max']}",
         f"sample {sample['index']}: context a={a}, terminal b={P - a}",
+        _crc_line(stats.get("bin_crc32_blocks_checked"), sample["index"]),
     ]
     for run in sample["runs"]:
         lines.append(f"  tokens {run['token_offset']}..{run['token_offset'] + run['length'] - 1}"

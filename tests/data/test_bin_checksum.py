@@ -84,3 +84,16 @@ def test_preprocessing_records_them(tmp_path):
         terminal=TerminalSpec(source="continuation", length=8, seed=1)))
     rec = read_sidecar(prefix + ".endprompt").header.bin_crc32
     assert rec == bin_block_crcs(prefix + ".bin")
+
+
+def test_ranges_check_only_the_blocks_they_touch(tmp_path):
+    from megatron_endprompt.data.sidecar.bin_checksum import verify_bin_ranges
+
+    path = _bin(tmp_path)
+    rec = bin_block_crcs(path, block_bytes=1024)
+    assert verify_bin_ranges(_sidecar(rec), path, [(1000, 1030), (5000, 5001)]) == (3, 10)
+    assert verify_bin_ranges(_sidecar({}), path, [(0, 10)]) == (0, 0)
+    _flip(path, 9_500)
+    assert verify_bin_ranges(_sidecar(rec), path, [(0, 9_216)]) == (9, 10)  # not block 9
+    with pytest.raises(UserError, match=r"bytes 9,216\.\.10,000 fail the CRC-32"):
+        verify_bin_ranges(_sidecar(rec), path, [(9_000, 9_300)])

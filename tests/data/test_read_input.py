@@ -19,3 +19,16 @@ def test_partitions_cover_every_line_once_with_true_numbers(tmp_path):
     for n in range(1, total + 2):
         got = [item for i in range(n) for item in read_lines(input_range(paths, i, n))]
         assert got == expected, n
+
+
+def test_json_nested_past_the_parser_is_malformed_json_with_file_and_line():
+    import pytest
+
+    from megatron_endprompt.data.tokenize.read_input import parse_line
+    from megatron_endprompt.errors import UserError
+
+    deep = "[" * 200_000 + "]" * 200_000
+    for line in (f'{{"text": {deep}}}', f'{{"meta": {deep}, "text": "x"}}'):
+        with pytest.raises(UserError, match=r"^in\.jsonl:7: malformed JSON \(arrays or objects "
+                                            "nested deeper"):
+            parse_line("in.jsonl", 7, line.encode(), ["text"])

@@ -16,6 +16,10 @@ def test_values_are_checked_on_construction():
         TerminalSpec(source="middle", length=4)
     with pytest.raises(ValueError, match="--terminal-source continuation needs --terminal-length"):
         TerminalSpec(source="continuation")
+    for source in ("continuation", "document-tail"):  # prompts would be silently ignored
+        with pytest.raises(ValueError, match="--terminal-prompts ep1-3 is used only with "
+                                             "--terminal-source prompt"):
+            TerminalSpec(source=source, length=4, prompts="ep1-3")
     for seed in (-1, 2**63):
         with pytest.raises(ValueError, match=r"--seed .* must be in \[0, 2\*\*63\)"):
             TerminalSpec(length=4, seed=seed)

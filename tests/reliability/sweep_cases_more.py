@@ -258,6 +258,7 @@ for _c in CASES:
 from sweep_pretrain import CASES as _PRETRAIN, run_pretrain_cases  # noqa: E402
 from sweep_cases_27 import CASES as _ISSUE27  # noqa: E402
 from sweep_cases_rel2 import CASES as _REL2  # noqa: E402
+from sweep_cases_data_tools import CASES as _DATA_TOOLS  # noqa: E402
 
-CASES += _PRETRAIN + _ISSUE27 + _REL2
+CASES += _PRETRAIN + _ISSUE27 + _REL2 + _DATA_TOOLS
 __all__ = ["CASES", "run_pretrain_cases", "HERE", "classify", "snapshot", "P", "sys"]

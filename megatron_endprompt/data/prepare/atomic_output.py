@@ -49,8 +49,8 @@ from megatron_endprompt.disk import fsync_dir, pid_alive
 from megatron_endprompt.errors import UserError
 
 __all__ = ["SUFFIXES", "COMMIT_STEPS", "FAULT_ENV", "PrefixWriter", "check_output_prefix",
-           "prefix_lock", "finish_interrupted_commit", "ensure_committed",
-           "remove_stale_temporaries", "pid_alive"]
+           "check_targets", "written_paths", "prefix_lock", "finish_interrupted_commit",
+           "ensure_committed", "remove_stale_temporaries", "pid_alive"]
 
 SUFFIXES = (".bin", ".idx", ".endprompt")
 JOURNAL = ".commit"
@@ -85,6 +85,27 @@ def check_output_prefix(prefix: str, *, flag: str = "--output-prefix") -> None:
                         f"it, e.g. {os.path.join(prefix.rstrip('/') or '.', 'data')}")
 
 
+def written_paths(prefix: str, sidecar: str | None = None) -> list[str]:
+    """Every name a write of ``prefix`` creates or replaces: ``.bin``, ``.idx``, the sidecar
+    (``sidecar``, default ``PREFIX.endprompt``), the lock and the commit journal."""
+    return [prefix + ".bin", prefix + ".idx", sidecar or prefix + ".endprompt", prefix + LOCK,
+            _journal(prefix)]
+
+
+def check_targets(prefix: str, sidecar: str | None = None, *, flag: str = "--output-prefix",
+                  corpus: bool = True) -> None:
+    """Refuse a target name that is a directory before any work: the commit's rename onto it
+    would fail after everything was computed (and past the commit point, leave a journal
+    that can never roll forward). ``corpus=False``: only the sidecar and the lock are written
+    (a sidecar build over an existing ``.bin/.idx``)."""
+    paths = written_paths(prefix, sidecar) if corpus else [sidecar or prefix + ".endprompt",
+                                                           prefix + LOCK]
+    for path in paths:
+        if os.path.isdir(path):
+            raise UserError(f"{flag} {prefix}: {path} is a directory, and this run must write "
+                            "a file there; move it away or choose another prefix")
+
+
 @contextlib.contextmanager
 def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
                 wait_s: float = 0.0) -> Iterator[None]:
@@ -94,9 +115,12 @@ def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
     path = prefix + LOCK
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the lock is truncated, and would take its target along
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UserError(f"{flag} {prefix}: {path} is a symbolic link; it is this tool's "
+                                "lock file: remove the link") from None
             raise UserError(f"{flag} {prefix}: cannot write in "
                             f"{os.path.dirname(os.path.abspath(prefix))} ({exc.strerror}); "
                             "choose an existing, writable directory") from None
@@ -121,9 +145,19 @@ def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
         if cur is None or (cur.st_ino, cur.st_dev) != (st.st_ino, st.st_dev):
             os.close(fd)  # the previous holder removed it between our open and flock
             continue
+        if st.st_nlink > 1:  # a hard link of some other file: truncating would destroy it
+            os.close(fd)
+            raise UserError(f"{flag} {prefix}: {path} is another name of an existing file (a "
+                            "hard link); it is this tool's lock file: remove that name")
         break
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # a full disk: no lock file left behind, and the file named
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, path) from None
     try:
         yield
     finally:
@@ -194,6 +228,7 @@ class PrefixWriter:
 
     def __init__(self, prefix: str, *, sidecar: str | None = None) -> None:
         check_output_prefix(prefix)
+        check_targets(prefix, sidecar)
         self.prefix = prefix
         self.targets = {".bin": prefix + ".bin", ".idx": prefix + ".idx",
                         ".endprompt": sidecar or prefix + ".endprompt"}

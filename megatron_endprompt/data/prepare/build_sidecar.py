@@ -120,11 +120,14 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
         return _build(opts, bin_path, idx_path, out_path, tokenizer, extra_stats)
     from megatron_endprompt.data.prepare.atomic_output import (
         check_output_prefix,
+        check_targets,
         finish_interrupted_commit,
         prefix_lock,
     )
 
     check_output_prefix(opts.data_prefix, flag="--data-prefix")
+    check_targets(opts.data_prefix, sidecar_path(opts.data_prefix, opts.name),
+                  flag="--data-prefix", corpus=False)
     check_sidecar_target(opts.data_prefix, opts.name)
     with prefix_lock(opts.data_prefix, flag="--data-prefix"):
         finish_interrupted_commit(opts.data_prefix)
@@ -154,8 +157,12 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
             raise UserError(f"--terminal-prompts: prompt {text!r} has token id {int(ids.max())}, "
                             f"beyond the {np.dtype(index.dtype).name} .bin of {prefix}; use the "
                             "corpus's own tokenizer")
-    if prompt_tokens and out_path is None:  # inside preprocessing this tokenizer wrote the ids
-        _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix)
+    if tokenizer is not None and out_path is None:  # recorded, so it must be the corpus's
+        # (inside preprocessing this tokenizer wrote the ids)
+        null = opts.tokenizer is not None and opts.tokenizer.tokenizer_type == "NullTokenizer"
+        _check_corpus_ids(bin_path, index.dtype, tokenizer.vocab_size, prefix,
+                          prompts=bool(prompt_tokens),
+                          flag="--vocab-size" if null else "--tokenizer-model")
     seed = partition_seed(term.seed, *opts.partition)
     markers = [np.full(len(p), -2 - k, dtype=np.int64) for k, p in enumerate(prompt_tokens)]
     with user_errors():
@@ -247,10 +254,12 @@ def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> N
                         "writable and check free space") from None
 
 
-def _check_corpus_ids(bin_path: str, dtype, vocab_size: int, prefix: str,
-                      probes: int = 64, probe_bytes: int = 1 << 20) -> None:
-    """Refuse a prompt tokenizer whose vocabulary is smaller than the corpus's ids: prompt ids
-    and corpus ids would come from two vocabularies. A sampled check, not a proof: ``probes``
+def _check_corpus_ids(bin_path: str, dtype, vocab_size: int, prefix: str, *, prompts: bool,
+                      flag: str = "--tokenizer-model", probes: int = 64, probe_bytes: int = 1 << 20) -> None:
+    """Refuse a tokenizer whose vocabulary is smaller than the corpus's ids: it cannot have
+    written the corpus, yet its identity would be recorded (and checked against training's
+    tokenizer), and prompt ids would come from another vocabulary than the corpus's
+    (``prompts``: the message says so). A sampled check, not a proof: ``probes``
     reads of ``probe_bytes`` spread evenly over the ``.bin`` (a whole-corpus scan would cost a
     full read of a multi-TB file), so it catches a foreign tokenizer, not a single stray id."""
     itemsize = np.dtype(dtype).itemsize
@@ -264,9 +273,10 @@ def _check_corpus_ids(bin_path: str, dtype, vocab_size: int, prefix: str,
             if chunk:
                 top = max(top, int(np.frombuffer(chunk, dtype=dtype).max()))
     if top >= vocab_size:
-        raise UserError(f"--tokenizer-model: the corpus {prefix} holds token id {top}, beyond "
-                        f"this tokenizer's vocabulary ({vocab_size}); tokenize the prompts with "
-                        "the corpus's own tokenizer")
+        use = "tokenize the prompts with" if prompts else "give"
+        raise UserError(f"{flag}: the corpus {prefix} holds token id {top}, beyond "
+                        f"this tokenizer's vocabulary ({vocab_size}); {use} the corpus's own "
+                        "tokenizer")
 
 
 def _abs_model(spec: TokenizerSpec) -> dict:

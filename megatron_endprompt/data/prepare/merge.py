@@ -97,6 +97,7 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
     check_writable(out_abs, flag="--output-prefix")
     writer = PrefixWriter(output_prefix, sidecar=out_sidecar)
     tmp = writer.tmp
+    builder = None
     try:
         builder = IndexedWriter(tmp[".bin"], dtypes[0])
         for prefix in inputs:
@@ -127,6 +128,8 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
         raise UserError(f"--output-prefix {output_prefix}: cannot write ({exc.strerror}); "
                         "check free space and permissions") from None
     finally:
+        if builder is not None:
+            builder.close()  # idempotent; an aborted merge's .bin is closed before removal
         writer.close()
     return {"inputs": len(inputs), "samples": int(len(records)),
             "bin_bytes": os.path.getsize(output_prefix + ".bin"), "sidecar": out_sidecar}

@@ -26,11 +26,12 @@ import hashlib
 import json
 import os
 
+from megatron_endprompt.data.prepare.atomic_output import written_paths
 from megatron_endprompt.data.sidecar.sidecar import SUFFIX, SidecarHeader, open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
-__all__ = ["run_id", "same_file", "check_shard_set", "check_sidecar_target",
-           "check_other_sidecars", "other_sidecars"]
+__all__ = ["run_id", "same_file", "check_inputs_not_written", "check_shard_set",
+           "check_sidecar_target", "check_other_sidecars", "other_sidecars"]
 
 
 def run_id(*, base_seed: int, layout: dict, terminal_source: str,
@@ -56,6 +57,30 @@ def same_file(a: str, b: str) -> bool:
     except OSError:
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def check_inputs_not_written(inputs: list[str], prefix: str, sidecar: str, *,
+                             flag: str = "--input") -> None:
+    """Refuse an input file that the write of ``prefix`` (sidecar ``sidecar``) would replace,
+    truncate or remove: its ``.bin``/``.idx``/sidecar, lock or commit journal, or a temporary
+    of it (removed as stale). Compared as files, so a symlink or a hard link to one of them
+    is caught; a JSONL corpus may be named ``x.bin`` by its owner."""
+    targets = written_paths(prefix, sidecar)
+    stem = os.path.basename(prefix)
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(prefix)))
+    for path in inputs:
+        hit = next((t for t in targets if same_file(path, t)), None)
+        real = os.path.realpath(path)
+        name = os.path.basename(real)
+        if hit is None and os.path.dirname(real) == directory and \
+                name.startswith(stem + ".") and ".tmp-" in name:
+            hit = real
+        if hit is not None:
+            same = os.path.abspath(path) == os.path.abspath(hit)
+            what = "a file" if same else f"the same file as {hit}, a file"
+            raise UserError(f"{flag} {path} is {what} this run writes (--output-prefix "
+                            f"{prefix}); choose another output prefix or move the input, so "
+                            "it is not destroyed")
 
 
 def _shard(header: SidecarHeader) -> tuple[int, int] | None:

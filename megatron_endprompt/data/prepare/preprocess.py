@@ -20,13 +20,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from megatron_endprompt.data.prepare.atomic_output import PrefixWriter, check_output_prefix
+from megatron_endprompt.data.prepare.atomic_output import (PrefixWriter, check_output_prefix,
+                                                           check_targets)
 from megatron_endprompt.data.prepare.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
 from megatron_endprompt.data.tokenize.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.tokenize.encode import fast_encoded, first_texts, pool_encoded
 from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter, optimal_dtype
-from megatron_endprompt.data.prepare.prefix_guard import (check_other_sidecars, check_sidecar_target,
-                                                  run_id)
+from megatron_endprompt.data.prepare.prefix_guard import (check_inputs_not_written,
+                                                         check_other_sidecars,
+                                                         check_sidecar_target, run_id)
 from megatron_endprompt.data.prepare.progress import Progress
 from megatron_endprompt.data.tokenize.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name, open_sidecar, sidecar_path
@@ -108,6 +110,9 @@ class PreprocessOptions:
 def preprocess(opts: PreprocessOptions) -> dict:
     """Run the pipeline; returns the summary (also stored in the sidecar header)."""
     paths = expand_inputs(opts.inputs)
+    sidecar = sidecar_path(opts.prefix, opts.name)
+    check_targets(opts.prefix, sidecar)  # a directory in the way fails now, not at the commit
+    check_inputs_not_written(paths, opts.prefix, sidecar)
     runtime.tokenizer_env(threads=opts.workers)  # encode_batch's pool: --workers threads
     span = input_range(paths, opts.partition_index, opts.partitions)
     check_sidecar_target(opts.prefix, opts.name)

@@ -35,7 +35,7 @@ from megatron_endprompt.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BLOCK_BYTES", "SAMPLED_BLOCKS", "bin_block_crcs", "verify_bin"]
+__all__ = ["BLOCK_BYTES", "SAMPLED_BLOCKS", "bin_block_crcs", "verify_bin", "verify_bin_ranges"]
 
 #: Block size of the recorded CRCs (64 MiB).
 BLOCK_BYTES = 64 << 20
@@ -78,6 +78,27 @@ def verify_bin(sidecar: Sidecar, bin_path: str, *, sample: int | None = None) ->
     todo = range(len(crcs))
     if sample is not None and sample < len(crcs):
         todo = sorted(random.SystemRandom().sample(range(len(crcs)), sample))
+    return _check_blocks(sidecar, bin_path, size, block, crcs, todo)
+
+
+def verify_bin_ranges(sidecar: Sidecar, bin_path: str,
+                      ranges: list[tuple[int, int]]) -> tuple[int, int]:
+    """Check the blocks of the ``.bin`` that hold the byte ranges ``[(start, stop), ...]``
+    (one sample's tokens: what a reader of that sample relies on, at the cost of a block or
+    two instead of the whole file). Returns ``(blocks checked, blocks recorded)``; ``(0, 0)``
+    when the sidecar records none. Raises :class:`UserError` as :func:`verify_bin` does."""
+    size = os.path.getsize(bin_path)
+    recorded = _recorded(sidecar, size)
+    if recorded is None:
+        return 0, 0
+    block, crcs = recorded
+    todo = sorted({k for lo, hi in ranges if hi > lo
+                   for k in range(lo // block, min(-(-hi // block), len(crcs)))})
+    return _check_blocks(sidecar, bin_path, size, block, crcs, todo), len(crcs)
+
+
+def _check_blocks(sidecar: Sidecar, bin_path: str, size: int, block: int, crcs: list[int],
+                  todo) -> int:
     for i in todo:
         off = i * block
         if file_crc32(bin_path, off, min(block, size - off)) != crcs[i]:

@@ -22,12 +22,14 @@ and on ``add_index`` merges) and reads what it reads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
 
 import numpy as np
 
+from megatron_endprompt.disk import naming
 from megatron_endprompt.errors import UserError
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -135,6 +137,7 @@ class IndexedWriter:
         self.dtype = np.dtype(dtype)
         if self.dtype not in DTYPE_CODES:
             raise ValueError(f"dtype {self.dtype} has no Megatron .idx code")
+        self.path = bin_path
         self.file = open(bin_path, "wb")  # noqa: SIM115 - closed by finalize
         self.lengths = _Growable()
         self.doc_index = _Growable()
@@ -144,7 +147,12 @@ class IndexedWriter:
         arr = np.asarray(ids)
         if arr.dtype != self.dtype:
             arr = arr.astype(self.dtype)
-        self.file.write(np.ascontiguousarray(arr).data)
+        try:  # inline, not naming(): this runs once per document
+            self.file.write(np.ascontiguousarray(arr).data)
+        except OSError as exc:  # a full disk: the error line names the file
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, self.path) from None
         self.lengths.extend(lengths)
         self.doc_index.extend([self.lengths.n])
 
@@ -155,15 +163,16 @@ class IndexedWriter:
         offset = self.lengths.n
         self.lengths.extend(index.sequence_lengths)
         self.doc_index.extend(offset + index.document_indices[1:])
-        with open(prefix + ".bin", "rb") as f:
+        with open(prefix + ".bin", "rb") as f, naming(self.path):
             shutil.copyfileobj(f, self.file, 1 << 22)
 
     def finalize(self, idx_path: str) -> None:
-        self.file.close()
+        with naming(self.path):
+            self.file.close()
         lengths = self.lengths.array()
         pointers = np.zeros(len(lengths), np.int64)
         np.cumsum(lengths[:-1] * self.dtype.itemsize, out=pointers[1:])
-        with open(idx_path, "wb") as f:
+        with open(idx_path, "wb") as f, naming(idx_path):
             f.write(_HEADER.pack(MAGIC, VERSION, DTYPE_CODES[self.dtype], len(lengths),
                                  self.doc_index.n))
             f.write(lengths.astype(np.int32).tobytes())
@@ -171,5 +180,8 @@ class IndexedWriter:
             f.write(self.doc_index.array().tobytes())
 
     def close(self) -> None:
-        """Close the ``.bin`` without an index (an aborted run)."""
-        self.file.close()
+        """Close the ``.bin`` without an index (an aborted run: the file is discarded, so a
+        flush that fails — the full disk that aborted the run — does not matter, and must not
+        keep the caller's cleanup from running)."""
+        with contextlib.suppress(OSError):
+            self.file.close()

@@ -50,6 +50,7 @@ from megatron_endprompt.data.sidecar.sidecar_format import (
     sidecar_path,
 )
 from megatron_endprompt.data.sidecar.span_scan import verify_sources
+from megatron_endprompt.disk import naming
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -90,7 +91,7 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
     head += b"\0" * (-len(head) % 8)
     head[16:20] = struct.pack("<I", zlib.crc32(head))
     rows = max(1, sidecar_format.CHUNK // (4 * records.shape[1]))
-    with open(path, "wb") as f:
+    with open(path, "wb") as f, naming(path):
         f.write(head)
         for start in range(0, len(records), rows):
             f.write(np.ascontiguousarray(records[start : start + rows], dtype="<i4").tobytes())

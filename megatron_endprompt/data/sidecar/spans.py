@@ -295,3 +295,16 @@ def sample_reader(prefix: str, sidecar):
     if sidecar.sources is None:
         return lambda i: np.asarray(data[i])
     return span_reader(prefix, sidecar, data.index.dtype).tokens
+
+
+def sample_byte_ranges(prefix: str, sidecar, i: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` byte ranges of ``PREFIX.bin`` that sample ``i``'s tokens are
+    read from (prompts and EOD pieces come from the sidecar: no range), for either sidecar
+    kind; what ``inspect`` checks against the recorded CRCs."""
+    index = CorpusReader(prefix).index
+    itemsize = index.dtype.itemsize
+    if sidecar.sources is None:
+        start = int(index.sequence_pointers[i])
+        return [(start, start + int(index.sequence_lengths[i]) * itemsize)]
+    return [(int(s) * itemsize, (int(s) + int(n)) * itemsize)
+            for s, n in SpanIndex.of(sidecar).pieces(i).tolist() if s >= 0]

@@ -47,6 +47,10 @@ class TerminalSpec:
         check_source(self.source)
         if self.source == "prompt":
             object.__setattr__(self, "length", None)
+        elif self.prompts is not None:  # would be silently ignored
+            raise ValueError(f"--terminal-prompts {self.prompts} is used only with "
+                             f"--terminal-source prompt (not {self.source}); add "
+                             "--terminal-source prompt or drop --terminal-prompts")
         elif self.length is None:
             raise ValueError(f"--terminal-source {self.source} needs --terminal-length")
         check_seed(self.seed)

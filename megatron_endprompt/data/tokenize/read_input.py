@@ -113,6 +113,9 @@ def parse_line(path: str, lineno: int, raw: bytes, keys: list[str]) -> tuple[str
         msg = exc.msg.removesuffix(" at")
         raise UserError(f"{where}: malformed JSON ({msg}, column {exc.colno}); "
                         "fix or remove the line") from None
+    except RecursionError:  # arrays/objects nested past Python's parser (any field)
+        raise UserError(f"{where}: malformed JSON (arrays or objects nested deeper than "
+                        "Python's JSON parser allows); fix or remove the line") from None
     if not isinstance(obj, dict):
         raise UserError(f"{where}: a JSON object is expected, got {type(obj).__name__}")
     parts = []
