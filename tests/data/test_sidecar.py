@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-from sidecar_edit import rewrite_header
+from tests.support.sidecar_edit import rewrite_header
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron_endprompt.data import sidecar_format
