@@ -140,7 +140,7 @@ def test_inconsistent_windows_are_refused_in_one_line(flags, names, tmp_path, ca
     assert not (tmp_path / "w").exists()  # refused before anything is written
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_smoke_run_end_to_end(tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run(

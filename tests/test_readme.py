@@ -26,7 +26,7 @@ def test_readme_starts_with_its_commands_and_ci_calls_the_test_one():
     assert "find_python312.sh" in makefile
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_make_demo_runs_end_to_end(tmp_path):
     env = {**os.environ, "MAKEFLAGS": ""}
     proc = subprocess.run(["make", "-C", REPO, "demo"], capture_output=True, text=True,

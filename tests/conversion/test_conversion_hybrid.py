@@ -17,7 +17,7 @@ from megatron_endprompt.demo_train import run_pretrain
 from tests.support.megatron_flags import tiny_llama_flags
 from megatron_endprompt.data.motif_corpus import write_motif_prefix
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
 MODEL = tiny_llama_flags(layers=None, seq_length=P, vocab_size=VOCAB)  # layers: the pattern

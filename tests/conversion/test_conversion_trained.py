@@ -17,7 +17,7 @@ import pytest
 import torch
 from conversion_helpers import VOCAB, endprompt_positions, hf_model, read_config, train_converted
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L = 64, 512
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conversion_helpers import VOCAB, read_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 V = VOCAB  # the trained model's vocabulary (the tokenizers' ids fit below it)
 

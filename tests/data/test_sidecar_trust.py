@@ -128,7 +128,7 @@ def test_full_verification_memory_is_one_chunk(tmp_path, monkeypatch):
     assert peak < 1 << 20, f"peak {peak} bytes for {4 * 2 * n} bytes of records"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_rank0_verifies_others_hit_the_cache(tmp_path):
     """Two gloo ranks build the datasets: rank 0 of the data group verifies once (before
     Megatron's builder barrier), rank 1 finds the verdict cached and reads nothing in full."""

@@ -13,7 +13,7 @@ import pytest
 from sweep import COUNT_KEYS, run_case
 from sweep_cases import CASES, run_pretrain_cases
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 IN_PROCESS = [c for c in CASES if c.tool != "pretrain"]
 PRETRAIN = [c for c in CASES if c.tool == "pretrain"]

@@ -16,7 +16,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.torchrun import run_torchrun
+
+pytestmark = pytest.mark.process  # every test here starts a fresh interpreter or torchrun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("pretrain_tiny.py")

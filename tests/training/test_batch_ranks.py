@@ -35,7 +35,7 @@ def _run(tmp_path, **layout) -> list[dict]:
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(cp=2)])
 def test_every_rank_gets_its_positions(tmp_path, layout):
     full = make_batch()

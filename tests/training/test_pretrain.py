@@ -16,7 +16,7 @@ from tests.support.megatron_flags import tiny_llama_flags
 from megatron_endprompt.training.loss import read_loss_log
 from megatron_endprompt.data.motif_corpus import write_motif_prefix
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
 MODEL = tiny_llama_flags(layers=4, seq_length=P, vocab_size=VOCAB)

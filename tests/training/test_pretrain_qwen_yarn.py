@@ -13,7 +13,7 @@ from megatron_endprompt.data.motif_corpus import write_motif_prefix
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
 from tests.support.megatron_flags import tiny_llama_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
 MODEL = [*tiny_llama_flags(seq_length=P, vocab_size=VOCAB),  # Qwen3: head dim 32, QK norm

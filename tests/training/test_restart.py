@@ -21,7 +21,7 @@ from megatron_endprompt.training.loss import read_loss_log
 from megatron_endprompt.data.motif_corpus import write_motif_prefix
 from tests.support.hf_configs import llama_config_from_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
 
