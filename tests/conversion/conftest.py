@@ -33,7 +33,7 @@ def converted(tiny_hf, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def data_prefix(tmp_path_factory) -> str:
     """An EndPrompt prefix of motif documents (fixed placement, ``w = 0.5``) for ``VOCAB``."""
-    from megatron_endprompt.data.motif_corpus import write_motif_prefix
+    from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
     return write_motif_prefix(str(tmp_path_factory.mktemp("ep_data")), seq_length=TRAINED_P,
                               target_length=TRAINED_L, vocab=VOCAB, docs=120, placement="fixed",

@@ -14,8 +14,8 @@ import torch
 from conversion_helpers import endprompt_positions, hf_model, read_config
 
 from megatron_endprompt.demo_train import run_pretrain
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 from tests.support.megatron_flags import tiny_llama_flags
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
 
 pytestmark = pytest.mark.process
 
