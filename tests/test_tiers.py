@@ -63,3 +63,20 @@ def test_a_misspelt_marker_is_an_error(tmp_path):
     proc = _collect(tmp_path, "import pytest\n\n@pytest.mark.proces\ndef test_x(): pass\n")
     assert proc.returncode != 0
     assert "'proces' not found in `markers` configuration option" in proc.stdout + proc.stderr
+
+
+def test_collecting_tests_that_need_no_torch_imports_no_torch(tmp_path):
+    """``tests/conftest.py`` imports torch only when a ``gpu`` test was collected (it paid
+    ~30 s of torch import on every invocation before)."""
+    path = tmp_path / "test_generated.py"
+    path.write_text(TIERED)
+    code = ("import sys, pytest\n"
+            f"rc = pytest.main(['-c', {os.path.join(REPO, 'pytest.ini')!r}, '--rootdir', "
+            f"{str(tmp_path)!r}, '-p', 'tests.conftest', '--collect-only', '-q', "
+            f"{str(path)!r}])\n"
+            "print('torch imported:', 'torch' in sys.modules)\n"
+            "sys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "torch imported: False" in proc.stdout, proc.stdout
