@@ -1,11 +1,12 @@
-# Two entry points (see README): `make demo` and `make test`. Both create .venv with
-# Python 3.12 when it is missing and install the tested set (requirements-dev.txt).
+# Entry points (see README): `make demo`, `make check` (the fast test tier) and `make test` (the
+# whole suite, what CI runs). Each creates .venv with Python 3.12 when it is missing and installs
+# the tested set (requirements-dev.txt).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo check test venv clean
 
 venv: $(STAMP)
 
@@ -26,6 +27,10 @@ demo: $(STAMP)
 
 replicate: $(STAMP)
 	$(PY) -m benchmarks.replication.mini_replication
+
+# the fast tier: in-process tests only (no `process`, `e2e` or other `slow` test; pytest.ini)
+check: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from spm_layout import SPM_B, SPM_L, SPM_P  # noqa: F401  (re-exported for the fixtures)
+from tests.support.layout import SPM_B, SPM_L, SPM_P  # noqa: F401  (re-exported for the fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -94,16 +94,28 @@ TE_HINT = ("install Transformer Engine's PyTorch package to run them (`pip insta
            "source) and run `pytest -m te`")
 
 
-def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests run only where CUDA is present (``pytest -m gpu`` on a GPU machine);
-    ``te`` tests wherever ``transformer_engine.pytorch`` imports, else skipped with the import
-    error as the reason."""
-    import torch
+#: The markers of the tiers outside ``make check`` (see pytest.ini and the README's "Tests").
+SLOW_TIERS = ("process", "e2e")
 
-    if not torch.cuda.is_available():
-        skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU machine)")
-        for item in items:
-            if "gpu" in item.keywords:
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: it must see the ``slow`` added here
+def pytest_collection_modifyitems(config, items):
+    """Every ``process`` and ``e2e`` test is also ``slow``, so ``-m "not slow"`` is the fast
+    tier whichever of the three a test carries. ``gpu`` tests run only where CUDA is present
+    (``pytest -m gpu`` on a GPU machine); ``te`` tests wherever ``transformer_engine.pytorch``
+    imports, else skipped with the import error as the reason. torch is imported only when a
+    ``gpu`` test was collected: a run of tests that need no torch pays no torch import here."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SLOW_TIERS):
+            item.add_marker(pytest.mark.slow)
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items:
+        import torch
+
+        if not torch.cuda.is_available():
+            skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU "
+                                           "machine)")
+            for item in gpu_items:
                 item.add_marker(skip)
     te_items = [item for item in items if "te" in item.keywords]
     error = _te_import_error() if te_items else None

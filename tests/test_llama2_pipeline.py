@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 P, L, B = 64, 512, 8
 BOS, EOS = 1, 2  # Llama-2's ids (SentencePiece's defaults)

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 P, L, B = 64, 512, 8  # as in tests/conftest.py (llama3_args)
 SOURCES = ("continuation", "document-tail", "prompt")

@@ -140,7 +140,7 @@ def test_inconsistent_windows_are_refused_in_one_line(flags, names, tmp_path, ca
     assert not (tmp_path / "w").exists()  # refused before anything is written
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_smoke_run_end_to_end(tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run(
@@ -246,7 +246,7 @@ def test_held_out_columns_are_marked(tmp_path):
 def test_a_method_whose_data_has_another_layout_is_refused(run_tool, spm_args, tmp_path):
     """The layout check the smoke form runs on every method: (c) with (d)'s random terminals,
     or (d0) with its jumps left in, is one error line naming the method."""
-    from spm_layout import SPM_B, SPM_L, SPM_P
+    from tests.support.layout import SPM_B, SPM_L, SPM_P
 
     from megatron_endprompt.cli import preprocess as preprocess_cli
 

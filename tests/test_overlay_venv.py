@@ -11,6 +11,10 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
+pytestmark = pytest.mark.process  # pip and a child interpreter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tools", "overlay_venv.sh")
 BASE = sys.prefix   # the venv running the suite (.venv)

@@ -1,4 +1,5 @@
-"""The README's two commands: `make demo` runs end to end here; `make test` is what CI runs."""
+"""The README's commands: `make demo` runs end to end here; `make check` is the fast tier;
+`make test` is what CI runs."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_readme_starts_with_the_two_commands_and_ci_calls_the_test_one():
+def test_readme_starts_with_its_commands_and_ci_calls_the_test_one():
     readme = open(os.path.join(REPO, "README.md")).read()
     block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
-    assert commands == ["make demo", "make test"]
+    assert commands == ["make demo", "make check", "make test"]
     ci = open(os.path.join(REPO, ".ci", "run")).read()
     assert "make test" in ci
     makefile = open(os.path.join(REPO, "Makefile")).read()
-    assert re.search(r"^test: .*\n\t.*pytest", makefile, re.M)
+    assert re.search(r"^test: .*\n\t.*pytest -q tests$", makefile, re.M)  # every tier
+    assert re.search(r'^check: .*\n\t.*pytest -q -m "not slow" tests$', makefile, re.M)
     assert "find_python312.sh" in makefile
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_make_demo_runs_end_to_end(tmp_path):
     env = {**os.environ, "MAKEFLAGS": ""}
     proc = subprocess.run(["make", "-C", REPO, "demo"], capture_output=True, text=True,

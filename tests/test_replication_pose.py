@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from spm_layout import SPM_L, SPM_P
+from tests.support.layout import SPM_L, SPM_P
 
 from benchmarks.replication import pose
 from megatron_endprompt.data.sidecar.sidecar_checks import check_records

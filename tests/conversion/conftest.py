@@ -1,5 +1,6 @@
-"""Fixtures for the conversion tests: a tiny random HF Llama, its Megatron conversion, and an
-in-process Megatron forward (EndPromptGPTModel on the CPU)."""
+"""Fixtures for the conversion tests: a tiny random HF Llama, its Megatron conversion, the
+suite's one trained checkpoint, and an in-process Megatron forward (EndPromptGPTModel on the
+CPU)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conversion_helpers import cpu_forward_patches, make_hf_model
+from conversion_helpers import VOCAB, cpu_forward_patches, make_hf_model, train_converted
+
+#: The trained checkpoint's window and EndPrompt target length (s = L / P = 8).
+TRAINED_P, TRAINED_L = 64, 512
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +28,29 @@ def converted(tiny_hf, tmp_path_factory) -> str:
     convert_hf_to_megatron(HFToMegatronOptions(hf_dir=tiny_hf, output=out,
                                                tensor_parallel_size=2, progress=False))
     return out
+
+
+@pytest.fixture(scope="session")
+def data_prefix(tmp_path_factory) -> str:
+    """An EndPrompt prefix of motif documents (fixed placement, ``w = 0.5``) for ``VOCAB``."""
+    from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
+
+    return write_motif_prefix(str(tmp_path_factory.mktemp("ep_data")), seq_length=TRAINED_P,
+                              target_length=TRAINED_L, vocab=VOCAB, docs=120, placement="fixed",
+                              terminal_loss_weight=0.5)
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(converted, data_prefix, tmp_path_factory) -> str:
+    """The one checkpoint *saved by the trainer* that tests share (read only; a test that needs
+    a particular run trains its own): ``converted`` (source config ids bos 1 / eos 2) trained
+    3 iterations by ``pretrain`` under torchrun at PP=2 on ``data_prefix`` (L=512, s=8, lr
+    1e-3, one validation iteration), saved at iteration 3. Returns the save directory."""
+    return train_converted(converted, data_prefix, tmp_path_factory.mktemp("trained"), "pp2",
+                           "--pipeline-model-parallel-size", "2", "--train-iters", "3",
+                           "--lr", "1e-3", "--min-lr", "1e-3", "--lr-decay-style", "constant",
+                           "--save-interval", "3", "--eval-iters", "1", "--eval-interval", "3",
+                           seq_length=TRAINED_P, target_length=TRAINED_L)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import os
 
 import torch
 
+from tests.support.hf_configs import tiny_llama_config
+
 #: Tiny Llama-3-style model: GQA (4 heads, 2 KV heads), RoPE base 500000, vocabulary not a
 #: multiple of 128 (padding exercised), untied embeddings, 4 layers.
 VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, THETA, EPS, WINDOW = (
@@ -16,7 +18,7 @@ VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, THETA, EPS, WINDOW = (
 
 def make_hf_model(out_dir: str, *, seed: int = 0, **overrides) -> str:
     """Random ``LlamaForCausalLM`` saved (sharded safetensors) in ``out_dir``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     fields = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
                   num_hidden_layers=LAYERS, num_attention_heads=HEADS,
@@ -25,7 +27,7 @@ def make_hf_model(out_dir: str, *, seed: int = 0, **overrides) -> str:
                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
     fields.update(overrides)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**fields))
+    model = LlamaForCausalLM(tiny_llama_config(**fields))
     with torch.no_grad():
         for p in model.parameters():  # O(1) logits so that a wrong mapping shows
             p.normal_(0.0, 0.1)
@@ -90,3 +92,31 @@ def make_llama3_tokenizer(out_dir: str, texts: list[str]) -> str:
                                    eos_token=LLAMA3_SPECIAL[1], model_max_length=8192)
     fast.save_pretrained(out_dir)
     return out_dir
+
+
+def train_converted(converted: str, data_prefix: str, out_dir, name: str, *flags: str,
+                    seq_length: int = 64, target_length: int = 512) -> str:
+    """Train the Megatron checkpoint ``converted`` (``--load ... --finetune``) with the real
+    ``pretrain`` under torchrun, 2 ranks, CPU, on the EndPrompt prefix ``data_prefix``; the
+    parallel layout, iterations, LR and save interval come in ``flags``. Returns the save
+    directory ``out_dir/name``."""
+    from megatron_endprompt.demo_train import run_pretrain
+
+    with open(os.path.join(converted, "endprompt_conversion.json")) as f:
+        model_flags = json.load(f)["megatron_flags"]
+    for parallel in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"):
+        i = model_flags.index(parallel)
+        del model_flags[i:i + 2]
+    save = os.path.join(str(out_dir), name)
+    args = [*model_flags, "--seq-length", str(seq_length), "--attention-dropout", "0",
+            "--hidden-dropout", "0", "--tokenizer-type", "NullTokenizer",
+            "--vocab-size", str(VOCAB), "--data-path", data_prefix, "--split", "90,5,5",
+            "--data-cache-path", os.path.join(str(out_dir), "cache"),
+            "--endprompt-target-length", str(target_length),
+            "--micro-batch-size", "2", "--global-batch-size", "4", "--seed", "1234",
+            "--calculate-per-token-loss", "--log-interval", "1", "--num-workers", "0",
+            "--ckpt-format", "torch_dist", "--load", converted, "--finetune",
+            "--save", save, *flags]
+    rc, log = run_pretrain(args, log_path=os.path.join(str(out_dir), f"{name}.log"), nproc=2)
+    assert rc == 0, log[-3000:]
+    return save

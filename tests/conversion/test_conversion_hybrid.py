@@ -15,16 +15,12 @@ from conversion_helpers import endprompt_positions, hf_model, read_config
 
 from megatron_endprompt.demo_train import run_pretrain
 from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
+from tests.support.megatron_flags import tiny_llama_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
-MODEL = ["--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",
-         "--group-query-attention", "--num-query-groups", "2", "--position-embedding-type",
-         "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
-         "--untie-embeddings-and-output-weights", "--attention-dropout", "0",
-         "--hidden-dropout", "0", "--seq-length", str(P), "--max-position-embeddings", str(P),
-         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB)]
+MODEL = tiny_llama_flags(layers=None, seq_length=P, vocab_size=VOCAB)  # layers: the pattern
 
 
 @pytest.fixture(scope="module")

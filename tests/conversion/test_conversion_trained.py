@@ -15,41 +15,11 @@ import os
 
 import pytest
 import torch
-from conversion_helpers import VOCAB, endprompt_positions, hf_model, read_config
+from conversion_helpers import VOCAB, endprompt_positions, hf_model, read_config, train_converted
 
-from megatron_endprompt.demo_train import run_pretrain
-from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
-
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L = 64, 512
-
-
-@pytest.fixture(scope="module")
-def data_prefix(tmp_path_factory):
-    return write_motif_prefix(str(tmp_path_factory.mktemp("ep_data")), seq_length=P,
-                              target_length=L, vocab=VOCAB, docs=120, placement="fixed",
-                              terminal_loss_weight=0.5)
-
-
-def _train(converted, data_prefix, tmp, name, *flags):
-    with open(os.path.join(converted, "endprompt_conversion.json")) as f:
-        model_flags = json.load(f)["megatron_flags"]
-    for parallel in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"):
-        i = model_flags.index(parallel)
-        del model_flags[i:i + 2]
-    save = str(tmp / name)
-    args = [*model_flags, "--seq-length", str(P), "--attention-dropout", "0",
-            "--hidden-dropout", "0", "--tokenizer-type", "NullTokenizer",
-            "--vocab-size", str(VOCAB), "--data-path", data_prefix, "--split", "90,5,5",
-            "--data-cache-path", str(tmp / "cache"), "--endprompt-target-length", str(L),
-            "--micro-batch-size", "2", "--global-batch-size", "4", "--seed", "1234",
-            "--calculate-per-token-loss", "--log-interval", "1", "--num-workers", "0",
-            "--ckpt-format", "torch_dist", "--load", converted, "--finetune",
-            "--save", save, *flags]
-    rc, log = run_pretrain(args, log_path=str(tmp / f"{name}.log"), nproc=2)
-    assert rc == 0, log[-3000:]
-    return save
 
 
 def _export(run_tool, ckpt, out, *flags):
@@ -74,9 +44,10 @@ def _tensors(d):
 
 
 def test_tp2_checkpoint_exports_bit_exact(tiny_hf, converted, data_prefix, tmp_path, run_tool):
-    save = _train(converted, data_prefix, tmp_path, "tp2", "--tensor-model-parallel-size", "2",
-                  "--train-iters", "1", "--lr", "0", "--min-lr", "0", "--save-interval", "1",
-                  "--eval-iters", "0", "--eval-interval", "1000")
+    save = train_converted(converted, data_prefix, tmp_path, "tp2",
+                           "--tensor-model-parallel-size", "2", "--train-iters", "1", "--lr", "0",
+                           "--min-lr", "0", "--save-interval", "1", "--eval-iters", "0",
+                           "--eval-interval", "1000", seq_length=P, target_length=L)
     out = str(tmp_path / "hf_tp2")
     stdout = _export(run_tool, save, out)
     assert "iter_0000001" in stdout
@@ -109,14 +80,12 @@ def _valid_batch(data_prefix, tmp):
             for k in ("tokens", "labels", "position_ids", "loss_mask")}
 
 
-def test_pp2_trained_checkpoint_reproduces_megatron(converted, data_prefix, tmp_path, run_tool,
-                                                    megatron_forward):
+def test_pp2_trained_checkpoint_reproduces_megatron(trained_checkpoint, data_prefix, tmp_path,
+                                                    run_tool, megatron_forward):
+    """``trained_checkpoint``: 3 iterations at PP=2 (see tests/conversion/conftest.py)."""
     from megatron_endprompt.training.loss import weighted_loss_terms
 
-    save = _train(converted, data_prefix, tmp_path, "pp2", "--pipeline-model-parallel-size", "2",
-                  "--train-iters", "3", "--lr", "1e-3", "--min-lr", "1e-3",
-                  "--lr-decay-style", "constant", "--save-interval", "3",
-                  "--eval-iters", "1", "--eval-interval", "3")
+    save = trained_checkpoint
     out = str(tmp_path / "hf_pp2")
     _export(run_tool, save, out)  # the save dir: follows latest_checkpointed_iteration.txt
     cfg = read_config(out)

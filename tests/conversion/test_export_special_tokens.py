@@ -4,8 +4,9 @@ GPT-2-style tokenizer generates from ``model.generate(**tok(text))`` (item 2).
 Before the fix, a checkpoint saved by ``pretrain`` had lost the source HF config, and the export
 wrote ``LlamaConfig``'s defaults ``bos_token_id: 1, eos_token_id: 2`` into ``config.json`` and
 ``generation_config.json``: ``generate`` then stopped on id 2 (``#`` for Meta's Llama-3) and ran
-past the real EOS. One tiny model is converted and trained (2 iterations, torchrun, CPU), then
-exported with the Llama-3-like fixture and with a GPT-2-style ``vocab.json``/``merges.txt``.
+past the real EOS. The conversion tests' shared ``trained_checkpoint`` (``make_hf_model``'s
+ids 1/2 in the source config, trained by ``pretrain`` under torchrun; tests/conversion/conftest.py)
+is exported with the Llama-3-like fixture and with a GPT-2-style ``vocab.json``/``merges.txt``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ import os
 
 import pytest
 import torch
-from conversion_helpers import make_hf_model, read_config
+from conversion_helpers import VOCAB, read_config
 
-from megatron_endprompt.demo_train import run_pretrain
-from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
+pytestmark = pytest.mark.process
 
-pytestmark = pytest.mark.slow
-
-P, L, V = 64, 512, 1024
+V = VOCAB  # the trained model's vocabulary (the tokenizers' ids fit below it)
 
 
 def _gpt2_style_dir(texts, out_dir: str) -> str:
@@ -42,36 +40,6 @@ def _gpt2_style_dir(texts, out_dir: str) -> str:
     with open(os.path.join(out_dir, "vocab.json"), "w") as f:
         json.dump(vocab, f)
     return out_dir
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, llama3_tokenizer_dir):
-    """A checkpoint saved by ``pretrain`` (source config's ids 1/2, as ``make_hf_model``)."""
-    from megatron_endprompt.conversion import HFToMegatronOptions, convert_hf_to_megatron
-
-    root = tmp_path_factory.mktemp("trained_export")
-    hf = make_hf_model(str(root / "hf"), vocab_size=V)
-    mg = str(root / "mg")
-    convert_hf_to_megatron(HFToMegatronOptions(hf_dir=hf, output=mg, progress=False))
-    with open(os.path.join(mg, "endprompt_conversion.json")) as f:
-        flags = json.load(f)["megatron_flags"]
-    for parallel in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"):
-        i = flags.index(parallel)
-        del flags[i:i + 2]
-    (root / "data").mkdir()
-    data = write_motif_prefix(str(root / "data"), seq_length=P, target_length=L, vocab=V,
-                              docs=60, placement="fixed")
-    save = str(root / "run")
-    args = [*flags, "--seq-length", str(P), "--tokenizer-type", "NullTokenizer",
-            "--vocab-size", str(V), "--data-path", data, "--split", "90,5,5",
-            "--data-cache-path", str(root / "cache"), "--endprompt-target-length", str(L),
-            "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters", "2",
-            "--lr", "1e-4", "--calculate-per-token-loss", "--num-workers", "0",
-            "--eval-iters", "0", "--eval-interval", "1000", "--ckpt-format", "torch_dist",
-            "--load", mg, "--finetune", "--save", save, "--save-interval", "2"]
-    rc, log = run_pretrain(args, log_path=str(root / "train.log"), nproc=1)
-    assert rc == 0, log[-3000:]
-    return root, save
 
 
 def _export(run_tool, ckpt, out, tokenizer):
@@ -106,11 +74,11 @@ def _stops_on_eos(out: str, text: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["llama3", "gpt2"])
-def test_trained_export_carries_tokenizer_ids(kind, trained, llama3_tokenizer_dir, spm_corpus,
-                                              run_tool, tmp_path):
+def test_trained_export_carries_tokenizer_ids(kind, trained_checkpoint, llama3_tokenizer_dir,
+                                              spm_corpus, run_tool, tmp_path):
     from transformers import AutoTokenizer
 
-    root, ckpt = trained
+    ckpt = trained_checkpoint
     source = llama3_tokenizer_dir if kind == "llama3" else \
         _gpt2_style_dir(spm_corpus.texts, str(tmp_path / "gpt2"))
     out = str(tmp_path / f"hf_{kind}")

@@ -231,6 +231,7 @@ def test_output_prefix_not_writable(where, run_tool, spm_args, tmp_path):
         assert not glob.glob("/proc/endprompt-test-out*")
 
 
+@pytest.mark.process
 def test_preprocess_tool_subprocess_fails_cleanly(spm_args, tmp_path):
     """The real script in a fresh interpreter: exit code 2, exactly one stderr line, no
     traceback, no output files."""

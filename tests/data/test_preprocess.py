@@ -389,6 +389,7 @@ def test_inspect_text_output(run_tool, pose_prefix):
     assert line.split("terminal tokens[:16]: ")[1] == str(samples[index][a:P].tolist())
 
 
+@pytest.mark.process
 def test_inspect_tool_subprocess_succeeds(pose_prefix):
     """The real script (a fresh interpreter, as a user runs it): exit 0, JSON on stdout, no
     traceback. (tests/data/test_bad_input.py runs tools/preprocess_endprompt.py failing.)"""

@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
-from sidecar_edit import rewrite_header
+from tests.support.sidecar_edit import rewrite_header
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron_endprompt.data.sidecar import sidecar_format

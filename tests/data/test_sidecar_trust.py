@@ -127,15 +127,13 @@ def test_full_verification_memory_is_one_chunk(tmp_path, monkeypatch):
     assert peak < 1 << 20, f"peak {peak} bytes for {4 * 2 * n} bytes of records"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_rank0_verifies_others_hit_the_cache(tmp_path):
     """Two gloo ranks build the datasets: rank 0 of the data group verifies once (before
     Megatron's builder barrier), rank 1 finds the verdict cached and reads nothing in full."""
     import json
-    import subprocess
-    import sys
 
-    from megatron_endprompt.launch import free_port
+    from tests.support.torchrun import run_torchrun
     from test_dataset import SPEC, _corpus
     from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
@@ -147,10 +145,8 @@ def test_rank0_verifies_others_hit_the_cache(tmp_path):
         append_eod=True, progress=False, terminal=TerminalSpec(source="continuation", length=8, seed=7),
         layout=LayoutConfig(seq_length=32, target_length=256, placement="random")))
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trust_worker.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(free_port()), worker, "--prefix", prefix,
-           "--cache", str(tmp_path / "cache"), "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun(worker, "--prefix", prefix, "--cache", tmp_path / "cache",
+                        "--out", tmp_path, nproc=2)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["calls"] == ["verify"], ranks[0]

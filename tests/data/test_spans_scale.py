@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from test_build_sidecar import VOCAB, write_corpus
-from test_corpus_sidecar_v2 import _build
+from test_corpus_sidecar import _build
 from test_sidecar_trust import _tamper_idx
 
 from megatron_endprompt.data import sample_index as sample_index_mod
@@ -202,7 +202,7 @@ def corpus(tmp_path_factory):
 
 
 def _sidecar(run_tool, prefix, name, *extra):
-    """The named sidecar built by the CLI (same P, L, b as test_corpus_sidecar_v2), opened."""
+    """The named sidecar built by the CLI (same P, L, b as test_corpus_sidecar), opened."""
     return open_sidecar(_build(run_tool, prefix, name, *extra)[0])
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from megatron_endprompt.evaluation import legacy_tasks as tasks
+from tests.support.hf_configs import tiny_llama_config
 
 
 @pytest.fixture(autouse=True)
@@ -74,16 +75,14 @@ def tiny_model_dir(tmp_path_factory):
     """An HF directory: random tiny Llama (2 layers, hidden 32, max positions 256, linear RoPE
     scaling 2 as the converter writes) + byte-level tokenizer. Returns the path as ``str``."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("tiny_llama")
     tok = build_tokenizer("bytelevel")
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=256, rope_theta=10000.0,
-                      rope_scaling={"rope_type": "linear", "factor": 2.0},
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    cfg = tiny_llama_config(vocab_size=len(tok), rope_theta=10000.0,
+                            rope_scaling={"rope_type": "linear", "factor": 2.0},
+                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                            pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     model.save_pretrained(root)

@@ -42,6 +42,7 @@ def _task_dir(root, name: str, *, no_metric: bool = False) -> str:
     return str(root)
 
 
+@pytest.mark.slow  # in process, but lm-eval's index and a generation run: not the fast tier
 def test_custom_task_and_ruler_lengths(tiny_model_dir, tmp_path, run_tool):
     """The issue's run: a local task's metric (with stderr) and niah_single_1 at both lengths
     from --samples 2 per length (old code: the custom task dropped, ``limit=4`` all at 512)."""
@@ -68,6 +69,7 @@ def test_custom_task_and_ruler_lengths(tiny_model_dir, tmp_path, run_tool):
     assert "| tiny_qa | exact_match |" in stdout
 
 
+@pytest.mark.slow  # each case builds lm-eval's task index (~8 s on 2 quiet cores)
 @pytest.mark.parametrize("case", ["unknown", "offline", "no_metric"])
 def test_refusals_one_line_no_output(case, tiny_model_dir, tmp_path, run_tool, monkeypatch):
     """Old code: a KeyError traceback (a local task by name), a ConnectionError traceback

@@ -101,7 +101,7 @@ def _scalars(tb_dir):
             if t.startswith("long-eval/")}
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("layout", ["tp2", "pp2"])
 def test_long_eval_in_pretrain(data, layout):
     pytest.importorskip("tensorboard", reason="reading event files needs tensorboard "

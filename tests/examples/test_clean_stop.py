@@ -20,6 +20,8 @@ import pytest
 
 from launch_fixtures import launch_env
 
+pytestmark = pytest.mark.process  # the launcher with torchrun and its workers
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stop_worker.py")

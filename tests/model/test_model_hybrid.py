@@ -187,6 +187,7 @@ def test_hybrid_refuses_what_it_cannot_serve(cpu_forward) -> None:
         build_hybrid(pi_factor=8.0, seq_len_interpolation_factor=4.0)
 
 
+@pytest.mark.process
 def test_model_package_does_not_import_the_runtime() -> None:
     """The model provides modules only; process-wide changes live in ``runtime/`` (old code:
     ``model/gpt.py`` imported the version gate and the installed-layer table from it)."""

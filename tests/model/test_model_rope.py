@@ -8,11 +8,11 @@ import pytest
 import torch
 from megatron.core.models.common.embeddings import rope_utils
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb
-from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as hf_apply_rope
 
 from megatron_endprompt.model import EndPromptRotaryEmbedding, resolve_pi_factor
+from tests.support.hf_configs import rope_config
 
 HEAD_DIM = 128
 BASE = 500000.0
@@ -40,14 +40,9 @@ def megatron_apply(t_sbhd: torch.Tensor, freqs: torch.Tensor, **cfg) -> torch.Te
 
 
 def hf_rope(rope_parameters: dict, max_pos: int = 131072) -> LlamaRotaryEmbedding:
-    config = LlamaConfig(
-        hidden_size=2 * HEAD_DIM,
-        num_attention_heads=2,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=max_pos,
-        rope_parameters={"rope_theta": BASE, **rope_parameters},
-    )
-    return LlamaRotaryEmbedding(config)
+    return LlamaRotaryEmbedding(rope_config(
+        head_dim=HEAD_DIM, max_position_embeddings=max_pos,
+        rope_parameters={"rope_theta": BASE, **rope_parameters}))
 
 
 def ours(**kwargs) -> EndPromptRotaryEmbedding:

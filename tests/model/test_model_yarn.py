@@ -9,23 +9,21 @@ import torch
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb
 from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import YarnRotaryEmbedding
 from test_model_rope import endprompt_positions, unfused_config
-from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as hf_apply_rope
 
 from megatron_endprompt.model import EndPromptRotaryEmbedding, YarnScaling
 from megatron_endprompt.model.yarn import yarn_from_megatron_args
+from tests.support.hf_configs import rope_config
 
 HEAD_DIM, L0 = 128, 4096
 
 
 def hf_yarn(base: float, factor: float, L: int, **extra) -> LlamaRotaryEmbedding:
-    config = LlamaConfig(hidden_size=2 * HEAD_DIM, num_attention_heads=2, head_dim=HEAD_DIM,
-                         max_position_embeddings=L,
-                         rope_parameters={"rope_type": "yarn", "rope_theta": base,
-                                          "factor": factor,
-                                          "original_max_position_embeddings": L0, **extra})
-    return LlamaRotaryEmbedding(config)
+    return LlamaRotaryEmbedding(rope_config(
+        head_dim=HEAD_DIM, max_position_embeddings=L,
+        rope_parameters={"rope_type": "yarn", "rope_theta": base, "factor": factor,
+                         "original_max_position_embeddings": L0, **extra}))
 
 
 def mixed_positions(L: int) -> torch.Tensor:

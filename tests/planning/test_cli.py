@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from megatron_endprompt.cli.plan import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -62,6 +64,7 @@ def test_tool_script_runs():
     assert res.returncode == 0 and "--target-length" in res.stdout
 
 
+@pytest.mark.process
 def test_plan_vs_measured_runs_on_cpu(tmp_path):
     """``benchmarks/step_time/plan_vs_measured.py`` (what ``gpu_check.sh`` runs on CUDA) in its
     CPU form: the local-spec prediction beside the measured saved-tensor bytes, ratio 1."""

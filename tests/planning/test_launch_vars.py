@@ -100,7 +100,9 @@ def test_printed_launch_line_passes_the_dry_run(run_tool, tmp_path):
     (["--target-length", "8192"], "must be larger than seq length P=8192"),
     (["--eval-samples", "0"], "--eval-samples 0: each must be positive"),
 ])
-def test_unplannable_inputs_are_one_line(run_tool, argv, says):
+def test_unplannable_inputs_are_one_line(run_tool, argv, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     rc, out, err = run_tool(main, ["--model", "llama3-8b", *argv])
-    assert rc == 2 and out == ""
+    assert rc == 2 and out == "" and err.startswith("error: ") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and says in err
+    assert os.listdir(tmp_path) == []  # nothing written

@@ -11,7 +11,7 @@ import sys
 
 from sweep import HERE, Case, classify, raise_in, snapshot
 from sweep_fixtures import P, SUFFIXES
-from sidecar_edit import rewrite_header
+from tests.support.sidecar_edit import rewrite_header
 
 #: A full disk, as the conversion writers would meet it.
 ENOSPC = OSError(errno.ENOSPC, "No space left on device", "/data/out/model.safetensors")
@@ -256,9 +256,9 @@ for _c in CASES:
 
 
 from sweep_pretrain import CASES as _PRETRAIN, run_pretrain_cases  # noqa: E402
-from sweep_cases_27 import CASES as _ISSUE27  # noqa: E402
-from sweep_cases_rel2 import CASES as _REL2  # noqa: E402
+from sweep_cases_merge import CASES as _MERGE  # noqa: E402
+from sweep_cases_startup import CASES as _STARTUP  # noqa: E402
 from sweep_cases_data_tools import CASES as _DATA_TOOLS  # noqa: E402
 
-CASES += _PRETRAIN + _ISSUE27 + _REL2 + _DATA_TOOLS
+CASES += _PRETRAIN + _MERGE + _STARTUP + _DATA_TOOLS
 __all__ = ["CASES", "run_pretrain_cases", "HERE", "classify", "snapshot", "P", "sys"]

@@ -14,6 +14,8 @@ import os
 import shutil
 from types import SimpleNamespace
 
+from tests.support.hf_configs import tiny_llama_config
+
 P, L, B = 64, 512, 8
 SUFFIXES = (".bin", ".idx", ".endprompt")
 
@@ -60,13 +62,10 @@ def _hf_tokenizer(texts: list[str], out_dir: str):
 
 def _hf_model(out_dir: str, tok, *, nan: bool = False) -> str:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=256, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=False)
+    cfg = tiny_llama_config(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     if nan:

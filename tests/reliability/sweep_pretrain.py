@@ -12,12 +12,9 @@ import sys
 
 from sweep import HERE, Case, classify, snapshot
 from sweep_fixtures import L, P
+from tests.support.megatron_flags import tiny_llama_flags
 
-MODEL = ["--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
-         "--num-attention-heads", "4", "--position-embedding-type", "rope",
-         "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
-         "--seq-length", str(P), "--max-position-embeddings", str(P),
-         "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000"]
+MODEL = tiny_llama_flags(seq_length=P, gqa=False, untied=False, dropout_off=False)
 
 
 def base(fx, d, *extra, data=None):

@@ -88,6 +88,7 @@ def test_kill_at_every_commit_step_leaves_old_or_new(step, two_datasets, tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["data" + s for s in sorted(SUFFIXES)]
 
 
+@pytest.mark.process
 def test_kill_inside_real_preprocessing_commit(spm_args, spm_corpus, two_datasets, tmp_path):
     """The CLI in a subprocess, killed right after the first rename of the commit."""
     old, new = two_datasets

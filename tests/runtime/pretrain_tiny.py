@@ -30,26 +30,15 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from megatron_endprompt.runtime import CPU_ARGS  # noqa: E402  (after the sys.path fix)
+from tests.support.megatron_flags import tiny_llama_flags  # noqa: E402
 
 #: Flags every CPU run needs (gloo, the local layer spec, no CUDA-only fusions).
 CPU_FLAGS: list[str] = list(CPU_ARGS)
 
-#: A tiny Llama: RMSNorm, SwiGLU, RoPE, untied embeddings, no biases.
+#: A tiny Llama: RMSNorm, SwiGLU, RoPE, untied embeddings, no biases (Megatron's default
+#: dropout kept), trained on mock data.
 TINY_LLAMA_FLAGS: list[str] = [
-    "--num-layers", "2",
-    "--hidden-size", "64",
-    "--ffn-hidden-size", "128",
-    "--num-attention-heads", "4",
-    "--group-query-attention", "--num-query-groups", "2",
-    "--seq-length", "64",
-    "--max-position-embeddings", "64",
-    "--position-embedding-type", "rope",
-    "--normalization", "RMSNorm",
-    "--swiglu",
-    "--disable-bias-linear",
-    "--untie-embeddings-and-output-weights",
-    "--tokenizer-type", "NullTokenizer",
-    "--vocab-size", "1000",
+    *tiny_llama_flags(dropout_off=False),
     "--mock-data",
     "--micro-batch-size", "2",
     "--global-batch-size", "8",

@@ -16,7 +16,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from megatron_endprompt.launch import free_port
+import pytest
+
+from tests.support.torchrun import run_torchrun
+
+pytestmark = pytest.mark.process  # every test here starts a fresh interpreter or torchrun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("pretrain_tiny.py")
@@ -42,11 +46,8 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
 def _pretrain(tmp: Path, name: str, *args: str) -> dict[int, list[float]]:
     """Run the tiny pretrain on 2 ranks; return {iteration: [micro-batch losses, all ranks]}."""
     losses_dir = tmp / f"losses_{name}"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           str(DRIVER), "--losses-dir", str(losses_dir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp,
-                          timeout=RUN_TIMEOUT_S)
+    proc = run_torchrun(DRIVER, "--losses-dir", losses_dir, *args, nproc=2, env=_env(), cwd=tmp,
+                        timeout=RUN_TIMEOUT_S)
     log = proc.stdout + proc.stderr
     (tmp / f"{name}.log").write_text(log)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{log[-6000:]}"

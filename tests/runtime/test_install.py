@@ -30,6 +30,7 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.process
 def test_pretrain_entry_on_a_gpu_installs_wheel_fixes_not_cpu_layer() -> None:
     """Defect 1: with CUDA available the pretrain entry installed nothing, so the wheel's
     ``compile_helpers()`` exited the job (rc 1) and the distributed-optimizer fixes were off."""
@@ -67,6 +68,7 @@ def test_pretrain_entry_on_a_gpu_installs_wheel_fixes_not_cpu_layer() -> None:
     assert "on CPU" not in proc.stderr
 
 
+@pytest.mark.process
 def test_uninstall_restores_every_original() -> None:
     _run_python("""
         import logging, threading, torch
@@ -208,6 +210,7 @@ def test_ledger_restores_inherited_and_missing_attributes() -> None:
     assert "f" not in vars(obj) and "f" not in vars(Child) and not hasattr(module_like, "new")
 
 
+@pytest.mark.process
 def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te() -> None:
     """On a (faked) GPU machine ``install()`` patches exactly the wheel fixes, plus the TE RoPE
     router once TE's fused kernel is importable (faked: the real package is absent here);
@@ -272,6 +275,7 @@ def test_ledger_accepts_any_reviewed_release_fingerprint() -> None:
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.process
 def test_uninstall_removes_the_trainer_settings_and_the_import_filters() -> None:
     """Issue 28: the child reaper (``multiprocessing``'s ``BaseProcess.start``), the CUDA
     launch-queue variable and the import-noise warning filters were set outside
@@ -306,6 +310,7 @@ def test_uninstall_removes_the_trainer_settings_and_the_import_filters() -> None
     """)
 
 
+@pytest.mark.process
 def test_pretrain_entry_installs_the_reaper_through_the_ledger() -> None:
     proc = _run_python("""
         import multiprocessing.process as mpp, torch
@@ -325,6 +330,7 @@ def test_pretrain_entry_installs_the_reaper_through_the_ledger() -> None:
     assert "OK" in proc.stdout
 
 
+@pytest.mark.process
 def test_tokenizer_env_and_scoped_env_are_undone() -> None:
     """Preprocessing's tokenizer variables are a ledger layer (set only when unset, removed by
     ``uninstall()``, listed by ``installed_layers()``); ``scoped_env`` puts back what was there."""

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from megatron_endprompt.model.cp import zigzag_slice
-from megatron_endprompt.launch import free_port
+from tests.support.torchrun import run_torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,15 +29,13 @@ def make_batch() -> dict[str, torch.Tensor]:
 
 def _run(tmp_path, **layout) -> list[dict]:
     n = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
-           "--master_port", str(free_port()), os.path.join(HERE, "batch_worker.py"),
-           "--out", str(tmp_path), *[f"--{k}={v}" for k, v in layout.items()]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = run_torchrun(os.path.join(HERE, "batch_worker.py"), "--out", tmp_path,
+                        *[f"--{k}={v}" for k, v in layout.items()], nproc=n)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(cp=2)])
 def test_every_rank_gets_its_positions(tmp_path, layout):
     full = make_batch()

@@ -48,6 +48,7 @@ def test_bad_flag_is_one_line(capsys, argv, message):
     assert err.splitlines() == [f"pretrain: error: {message} (see --help)"]
 
 
+@pytest.mark.process
 def test_entry_point_help_and_error():
     """Through ``python -m megatron_endprompt.training.pretrain`` as users run it."""
     cmd = [sys.executable, "-m", "megatron_endprompt.training.pretrain"]

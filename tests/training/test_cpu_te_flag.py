@@ -16,6 +16,8 @@ from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 from megatron_endprompt.launch import free_port
 
+pytestmark = pytest.mark.process
+
 P, L, VOCAB = 64, 512, 1000
 
 

@@ -11,6 +11,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
 PATHS = {"CHECKPOINT_IN": "/ckpt/in", "CHECKPOINT_OUT": "/ckpt/out", "DATA_PREFIX": "/data/ep",
@@ -44,6 +46,7 @@ def _captured_argv(tmp_path, **env) -> list[str]:
     return out.read_text().splitlines()
 
 
+@pytest.mark.process
 def test_launch_script_flags_parse_with_megatron(tmp_path):
     argv = _captured_argv(tmp_path, NNODES="2", NODE_RANK="1", TP="4", PP="2", CP="2",
                           DATA_PREFIX="", DATA_BLEND="0.8 /data/ep 0.2 /data/replay",

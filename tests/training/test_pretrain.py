@@ -12,19 +12,14 @@ from __future__ import annotations
 import pytest
 
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
+from tests.support.megatron_flags import tiny_llama_flags
 from megatron_endprompt.training.loss import read_loss_log
 from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
-MODEL = ["--num-layers", "4", "--hidden-size", "64", "--ffn-hidden-size", "128",
-         "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
-         "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights",
-         "--attention-dropout", "0", "--hidden-dropout", "0",
-         "--seq-length", str(P), "--max-position-embeddings", str(P),
-         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB)]
+MODEL = tiny_llama_flags(layers=4, seq_length=P, vocab_size=VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -11,18 +11,13 @@ import torch
 from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
+from tests.support.megatron_flags import tiny_llama_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
-MODEL = ["--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
-         "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
-         "--kv-channels", "32", "--qk-layernorm", "--position-embedding-type", "rope",
-         "--rotary-base", "1000000", "--normalization", "RMSNorm", "--swiglu",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights",
-         "--attention-dropout", "0", "--hidden-dropout", "0",
-         "--seq-length", str(P), "--max-position-embeddings", str(P),
-         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB)]
+MODEL = [*tiny_llama_flags(seq_length=P, vocab_size=VOCAB),  # Qwen3: head dim 32, QK norm
+         "--kv-channels", "32", "--qk-layernorm", "--rotary-base", "1000000"]
 
 
 def test_qwen3_yarn_run_trains_and_exports(tmp_path, run_tool):

@@ -19,36 +19,24 @@ import torch
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
 from megatron_endprompt.training.loss import read_loss_log
 from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
+from tests.support.hf_configs import llama_config_from_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 P, L, VOCAB = 64, 512, 1000
-
-
-def _flag(flags: list[str], name: str) -> str:
-    return flags[flags.index(name) + 1]
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> str:
     """The demo-size Llama (``TINY_LLAMA``) as a random HF model, converted to Megatron."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from megatron_endprompt.conversion import HFToMegatronOptions, convert_hf_to_megatron
 
     root = tmp_path_factory.mktemp("restart_base")
     torch.manual_seed(0)
-    heads = int(_flag(TINY_LLAMA, "--num-attention-heads"))
-    hidden = int(_flag(TINY_LLAMA, "--hidden-size"))
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=VOCAB, hidden_size=hidden,
-        intermediate_size=int(_flag(TINY_LLAMA, "--ffn-hidden-size")),
-        num_hidden_layers=int(_flag(TINY_LLAMA, "--num-layers")), num_attention_heads=heads,
-        num_key_value_heads=int(_flag(TINY_LLAMA, "--num-query-groups")),
-        head_dim=hidden // heads, max_position_embeddings=P, rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default",
-                         "rope_theta": float(_flag(TINY_LLAMA, "--rotary-base"))},
-        tie_word_embeddings=False))
+    model = LlamaForCausalLM(llama_config_from_flags(TINY_LLAMA, vocab_size=VOCAB,
+                                                     max_position_embeddings=P))
     model.save_pretrained(str(root / "hf"))
     out = str(root / "megatron")
     convert_hf_to_megatron(HFToMegatronOptions(hf_dir=str(root / "hf"), output=out,

@@ -13,7 +13,7 @@ import zlib
 
 import numpy as np
 import pytest
-from sidecar_edit import rewrite_header
+from tests.support.sidecar_edit import rewrite_header
 from test_build_sidecar import VOCAB, write_corpus
 
 from megatron_endprompt.cli import build_sidecar as cli

@@ -181,15 +181,6 @@ def _launch_case(name, needle, dry_run=True, **over) -> Case:
                 item="27")
 
 
-def _hay(fx, d):
-    from sweep_cases_more import ev
-
-    hay = os.path.join(d, "hay.txt")
-    with open(hay, "w", encoding="utf-8") as f:
-        f.write("An essay. " * 200)
-    return ev("--haystack", hay)(fx, d)
-
-
 LAUNCH_PLAN_EVAL = [
     _launch_case("launch_tp_not_an_integer", "TP='abc' is not an integer", TP="abc"),
     _launch_case("launch_tp_0", "TP=0", TP="0"),
@@ -209,15 +200,8 @@ LAUNCH_PLAN_EVAL = [
                  TOKENIZER="{d}/nope"),
     _launch_case("launch_real_missing_prefix", ".bin not found", dry_run=False,
                  DATA_PREFIX="{d}/nope"),
-    Case("plan_target_length_1e12", "plan", lambda fx, d: [
-        "--model", "llama3-8b", "--target-length", str(10**12)], item="27",
-        needle="--target-length 1000000000000"),
-    Case("plan_global_batch_below_one_sample", "plan", lambda fx, d: [
-        "--model", "llama3-8b", "--global-batch-tokens", "100"], item="27",
-        needle="below one sample"),
-    Case("plan_sweep_below_seq_length", "plan", lambda fx, d: [
-        "--model", "llama3-8b", "--sweep", "4096"], item="27", needle="--sweep 4096"),
-    Case("ev_haystack_unused", "eval", _hay, item="27", needle="none of --tasks uses it"),
+    # the planner's refusals and the unused --haystack: their tools' own tests
+    # (tests/planning/test_launch_vars.py, tests/evaluation/test_eval_cli.py)
 ]
 
 
