@@ -259,6 +259,7 @@ from sweep_pretrain import CASES as _PRETRAIN, run_pretrain_cases  # noqa: E402
 from sweep_cases_27 import CASES as _ISSUE27  # noqa: E402
 from sweep_cases_rel2 import CASES as _REL2  # noqa: E402
 from sweep_cases_convert import CASES as _CONVERT  # noqa: E402
+from sweep_cases_startup import CASES as _STARTUP  # noqa: E402
 
-CASES += _PRETRAIN + _ISSUE27 + _REL2 + _CONVERT
+CASES += _PRETRAIN + _ISSUE27 + _REL2 + _CONVERT + _STARTUP
 __all__ = ["CASES", "run_pretrain_cases", "HERE", "classify", "snapshot", "P", "sys"]
