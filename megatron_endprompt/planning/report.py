@@ -118,9 +118,9 @@ def _step_tokens(s: PlanSettings, ep, full) -> str:
     planned = [p.global_batch * p.seq_length for p in (ep, full)]
     if planned == [s.global_batch_tokens] * 2:
         return f"{s.global_batch_tokens:,} tokens/step"
-    return (f"{planned[0]:,} (EndPrompt) / {planned[1]:,} (full-length) tokens/step planned "
-            f"for --global-batch-tokens {s.global_batch_tokens:,} (whole sequences, a multiple "
-            "of DP x micro-batch)")
+    return (f"{s.global_batch_tokens:,} tokens/step requested, planned {planned[0]:,} "
+            f"(EndPrompt) / {planned[1]:,} (full-length) as whole sequences, a multiple of DP x "
+            "micro-batch")
 
 
 def eval_text(s: PlanSettings, e: EvalCost) -> str:

@@ -128,8 +128,8 @@ def test_global_batch_tokens_not_a_multiple_is_reported_as_planned(run_tool):
     planned = int(re.search(r"GLOBAL_BATCH=(\d+) ", out).group(1)) * 8192
     assert planned != 100_000
     assumptions = next(line for line in out.splitlines() if line.startswith("assumptions:"))
-    assert "100,000 tokens/step" not in assumptions
-    assert f"{planned:,} (EndPrompt)" in assumptions and "planned" in assumptions
+    assert "100,000 tokens/step," not in assumptions  # the old echo
+    assert f"100,000 tokens/step requested, planned {planned:,} (EndPrompt)" in assumptions
     row = next(line for line in out.splitlines() if line.startswith("tokens / step"))
     assert f"{planned:,}" in row
     rc, out, err = run_tool(main, [*BASE, "--global-batch-tokens", str(64 * 65536)])
