@@ -184,9 +184,10 @@ def check_apart(output: str, inputs: list[tuple[str, str]], *, flag: str = "--ou
 @contextlib.contextmanager
 def exclusive(lock_path: str, *, busy: str) -> Iterator[None]:
     """Hold ``lock_path`` with ``fcntl.flock`` for the duration; another holder -> one
-    :class:`UserError` ``busy`` (naming the holder's pid). The file records our pid and is
-    removed on release (the inode check makes a create/unlink race with a releasing holder
-    safe). Directories created to hold the lock are removed again if they stay empty."""
+    :class:`UserError` ``busy`` (``{pid}`` in it replaced by the holder's pid). The file
+    records our pid and is removed on release (the inode check makes a create/unlink race with
+    a releasing holder safe). Directories created to hold the lock are removed again if they
+    stay empty."""
     parent = os.path.dirname(os.path.abspath(lock_path))
     made = []
     probe = parent
@@ -204,7 +205,7 @@ def exclusive(lock_path: str, *, busy: str) -> Iterator[None]:
                 os.close(fd)
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
-                raise UserError(busy.format(pid=holder)) from None
+                raise UserError(busy.replace("{pid}", holder)) from None
             cur = _identity(lock_path)
             if cur != (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
                 os.close(fd)  # the previous holder removed it between our open and flock

@@ -151,6 +151,7 @@ def convert_hf_to_megatron(opts: HFToMegatronOptions) -> dict[str, Any]:
 
 
 def _convert(opts: HFToMegatronOptions) -> dict[str, Any]:
+    """The conversion itself, under :func:`convert_hf_to_megatron`'s guard."""
     from tqdm import tqdm
 
     check_output(opts.output, overwrite=opts.overwrite)

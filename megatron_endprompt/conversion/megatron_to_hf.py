@@ -45,9 +45,9 @@ from megatron_endprompt.conversion.output import (
     check_output,
     guarded_output,
 )
-from megatron_endprompt.disk import check_apart
 from megatron_endprompt.conversion.special_tokens import KEYS, resolve_special_ids, tokenizer_ids
 from megatron_endprompt.conversion.tokenizer import export_tokenizer
+from megatron_endprompt.disk import check_apart
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.window import EXPORT_FLAGS, EndPromptWindow
 
@@ -138,6 +138,7 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
 
 
 def _export(opts: MegatronToHFOptions) -> dict[str, Any]:
+    """The export itself, under :func:`convert_megatron_to_hf`'s guard."""
     from tqdm import tqdm
 
     check_output(opts.output, overwrite=opts.overwrite)
