@@ -176,6 +176,9 @@ EXIT_SIGNAL=SIG${EXIT_SIGNAL#SIG}
 if ! kill -l "$EXIT_SIGNAL" >/dev/null 2>&1; then
   echo "error: EXIT_SIGNAL=$EXIT_SIGNAL is not a signal name (e.g. SIGTERM, SIGUSR1)" >&2; exit 2
 fi
+case "$EXIT_SIGNAL" in   # no handler can catch these: Megatron could never save on them
+  SIGKILL|SIGSTOP) echo "error: EXIT_SIGNAL=$EXIT_SIGNAL cannot be caught, so Megatron cannot save on it; use SIGTERM or SIGUSR1" >&2; exit 2 ;;
+esac
 
 # Validate every value (integers, layout, window, blend, paths, sidecars, split) before torchrun;
 # prints the derived PI_FACTOR and SEQUENCE_PARALLEL as shell assignments.
@@ -186,7 +189,8 @@ for var in NNODES NODE_RANK GPUS_PER_NODE MASTER_PORT TP PP CP SEQUENCE_PARALLEL
            SPLIT SIDECAR_NAME DATA_PREFIX DATA_BLEND REPLAY_PREFIXES TOKENIZER CHECKPOINT_IN; do
   CHECK_VARS+=("$var=${!var:-}")
 done
-derived=$("$PYTHON" -m megatron_endprompt.cli.launch_check "${CHECK_VARS[@]}") || exit 2
+derived=$("$PYTHON" -m megatron_endprompt.cli.launch_check "${CHECK_VARS[@]}" -- "${EXTRA[@]}") \
+  || exit 2   # EXTRA: unknown options (e.g. --dryrun) refused before torchrun
 eval "$derived"
 
 SEQ_PARALLEL=()

@@ -7,6 +7,11 @@
   ``PATH.tmp-PID`` of killed processes.
 * :func:`check_writable`: an output's directory must take a new entry, tried with a real
   create (``os.access`` says yes to root on a read-only mount), before any work is done.
+* :func:`check_apart`: an output that is, contains or lies inside one of the run's inputs is
+  refused, comparing files (device + inode, through symlinks and ``..``), never strings: a
+  replace-on-success output would otherwise delete the input it was made from.
+* :func:`exclusive`: a ``fcntl.flock`` lock file held for a whole run, so a second run writing
+  the same output stops at once instead of replacing the first one's work.
 
 Whole output *directories* are made atomic by
 :func:`megatron_endprompt.conversion.output.atomic_output_dir`, and the ``.bin/.idx/.endprompt``
@@ -17,6 +22,8 @@ both on these primitives' rules.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import glob
 import os
 import re
@@ -25,7 +32,8 @@ from collections.abc import Iterator
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["atomic_path", "check_writable", "fsync_dir", "naming", "pid_alive",
+__all__ = ["atomic_path", "check_apart", "check_writable", "exclusive", "fsync_dir", "naming",
+           "pid_alive",
            "remove_stale_temporaries", "temporary_name", "writable_ancestor", "write_text"]
 
 _TMP_RE = re.compile(r"\.tmp-(\d+)$")
@@ -141,3 +149,91 @@ def check_writable(path: str, *, flag: str, create: bool = False) -> None:
     except OSError as exc:
         raise UserError(f"{flag} {path}: cannot write in {probe} ({exc.strerror}); choose a "
                         "writable location") from None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _existing_chain(path: str) -> list[tuple[int, int]]:
+    """Identities of ``path`` (if it exists) and of every existing ancestor, symlinks
+    resolved (``realpath``), so ``a/link/..`` and bind mounts compare as what they are."""
+    chain, probe = [], os.path.realpath(path)
+    while True:
+        ident = _identity(probe)
+        if ident is not None:
+            chain.append(ident)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return chain
+        probe = parent
+
+
+def check_apart(output: str, inputs: list[tuple[str, str]], *, flag: str = "--output") -> None:
+    """Refuse an ``output`` that is, contains or lies inside one of ``inputs`` (``(flag,
+    path)`` pairs; missing inputs are skipped: their own check names them). Replacing such an
+    output deletes the input, and writing inside an input changes it."""
+    out_id = _identity(output)
+    out_chain = _existing_chain(output)
+    for in_flag, path in inputs:
+        in_id = _identity(path)
+        if in_id is None:
+            continue
+        if out_id == in_id:
+            relation = "is"
+        elif out_id is not None and out_id in _existing_chain(path)[1:]:
+            relation = "contains"
+        elif in_id in out_chain:
+            relation = "lies inside"
+        else:
+            continue
+        raise UserError(f"{flag} {output} {relation} the input {in_flag} {path}; writing it "
+                        f"would destroy that input: choose an {flag} outside it")
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: str, *, busy: str) -> Iterator[None]:
+    """Hold ``lock_path`` with ``fcntl.flock`` for the duration; another holder -> one
+    :class:`UserError` ``busy`` (``{pid}`` in it replaced by the holder's pid). The file
+    records our pid and is removed on release (the inode check makes a create/unlink race with
+    a releasing holder safe). Directories created to hold the lock are removed again if they
+    stay empty."""
+    parent = os.path.dirname(os.path.abspath(lock_path))
+    made = []
+    probe = parent
+    while not os.path.exists(probe):
+        made.append(probe)
+        probe = os.path.dirname(probe)
+    os.makedirs(parent, exist_ok=True)
+    try:
+        while True:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                raise UserError(busy.replace("{pid}", holder)) from None
+            cur = _identity(lock_path)
+            if cur != (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+                os.close(fd)  # the previous holder removed it between our open and flock
+                continue
+            break
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)
+            os.close(fd)
+    finally:
+        for directory in made:  # deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)

@@ -50,3 +50,28 @@ def test_check_writable_probes_the_nearest_existing_ancestor(tmp_path):
         disk.check_writable(str(tmp_path / "file" / "out.json"), flag="--output")
     with pytest.raises(UserError, match="cannot write in /proc"):
         disk.check_writable(f"/proc/endprompt-{os.getpid()}/out", flag="--output-prefix")
+
+
+def test_check_apart_compares_files_not_strings(tmp_path):
+    """is / contains / lies inside, through a symlink and ``..``; a sibling passes."""
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    (tmp_path / "alias").symlink_to(tmp_path / "models")
+    inputs = [("--hf-dir", str(model))]
+    for out, relation in ((tmp_path / "alias" / "m", " is "),
+                          (tmp_path / "alias", " contains "),
+                          (tmp_path / "models" / "x" / ".." / "m" / "sub", " lies inside ")):
+        with pytest.raises(UserError, match=relation):
+            disk.check_apart(str(out), inputs)
+    disk.check_apart(str(tmp_path / "models" / "other"), inputs)
+    disk.check_apart(str(tmp_path / "new"), [("--hf-dir", str(tmp_path / "missing"))])
+
+
+def test_exclusive_refuses_a_second_holder_and_cleans_up(tmp_path):
+    lock = tmp_path / "a" / "b" / ".out.lock"
+    with disk.exclusive(str(lock), busy="busy by {pid}"):
+        assert lock.read_text().strip() == str(os.getpid())
+        with pytest.raises(UserError, match=f"busy by {os.getpid()}"):
+            with disk.exclusive(str(lock), busy="busy by {pid}"):
+                pass
+    assert not (tmp_path / "a").exists()  # the lock and the directories made for it are gone

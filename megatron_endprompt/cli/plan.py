@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [v for v in lengths if v > args.seq_length]
     _check_window(args, model, lengths)
     if args.plot:
+        if os.path.isdir(args.plot):
+            raise UserError(f"--plot {args.plot} is a directory; give a file name in it, e.g. "
+                            f"{os.path.join(args.plot, 'plan.png')}")
         out_dir = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(out_dir):
             raise UserError(f"--plot {args.plot}: directory {out_dir} does not exist")

@@ -77,11 +77,39 @@ class HFModelSpec(ModelShape):
 def _load_json(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            doc = json.load(f)
     except FileNotFoundError:
         raise UserError(f"{path} not found: not a Hugging Face model directory") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path} holds a JSON {type(doc).__name__}, not an object of config "
+                        "fields; give the model's own config.json")
+    return doc
+
+
+def _check_positive(path: str, spec: HFModelSpec, raw: dict[str, Any]) -> None:
+    """Refuse non-positive or non-finite scalars transformers accepts (a negative
+    ``rope_theta`` or a NaN ``rms_norm_eps`` converts into a model that computes NaN), also in
+    the top-level ``rope_theta`` transformers 5 ignores beside ``rope_parameters`` (4.x and
+    vLLM read it), and the two disagreeing."""
+    import math
+
+    values = {"rope_theta": spec.rope_theta, "rms_norm_eps": spec.rms_norm_eps,
+              "max_position_embeddings": spec.max_position_embeddings}
+    if "rope_theta" in raw:
+        values["rope_theta (top level)"] = raw["rope_theta"]
+    if spec.llama3_rope_factor is not None:
+        values["rope_scaling.factor"] = spec.llama3_rope_factor
+    for name, value in values.items():
+        if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                           and math.isfinite(value) and value > 0):
+            raise UserError(f"{path}: {name}={value} must be a positive finite number; fix it "
+                            "in config.json")
+    if "rope_theta" in raw and float(raw["rope_theta"]) != spec.rope_theta:
+        raise UserError(f"{path}: rope_theta={raw['rope_theta']} but rope_parameters.rope_theta"
+                        f"={spec.rope_theta:g} (transformers 4.x reads the first, 5.x the "
+                        "second); make them equal")
 
 
 def read_hf_config(hf_dir: str) -> HFModelSpec:
@@ -124,8 +152,9 @@ def read_hf_config(hf_dir: str) -> HFModelSpec:
                         "(default and llama3 are)")
     try:
         spec = _hf_spec(cfg, raw, rope, llama3, model_type)
+        _check_positive(path, spec, raw)
         return replace(spec, qkv_bias=family.qkv_bias, qk_norm=family.qk_norm)
-    except ValueError as exc:  # the shape's own checks (ModelShape): one line naming the file
+    except (ValueError, TypeError) as exc:  # the shape's own checks (ModelShape): one line naming the file
         raise UserError(f"{path}: {exc}") from None
 
 

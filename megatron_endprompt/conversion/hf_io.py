@@ -22,7 +22,9 @@ __all__ = ["HFCheckpointReader", "ShardedSafetensorsWriter"]
 
 INDEX_FILE = "model.safetensors.index.json"
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-              "F64": torch.float64}
+              "F64": torch.float64, "F8_E4M3": torch.float8_e4m3fn,
+              "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
+              "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 
 
 class HFCheckpointReader:
@@ -84,9 +86,13 @@ class HFCheckpointReader:
         return tuple(self._handles[self.weight_map[name]].get_slice(name).get_shape())
 
     def dtype(self, name: str) -> torch.dtype:
-        """Stored dtype without reading the data."""
+        """Stored dtype without reading the data (a safetensors dtype torch cannot hold is
+        refused, never read as float32)."""
         code = self._handles[self.weight_map[name]].get_slice(name).get_dtype()
-        return _ST_DTYPES.get(code, torch.float32)
+        if code not in _ST_DTYPES:
+            raise UserError(f"{self.hf_dir}: tensor {name} is stored as {code}, which this "
+                            "conversion cannot read; re-save the model in bf16/fp16/fp32")
+        return _ST_DTYPES[code]
 
     def get(self, name: str) -> Tensor:
         """Read one tensor (a fresh CPU tensor)."""

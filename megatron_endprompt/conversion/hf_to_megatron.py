@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,7 +38,12 @@ from megatron_endprompt.conversion.megatron_ckpt import (
     save_release_checkpoint,
     single_process_group,
 )
-from megatron_endprompt.conversion.output import atomic_output_dir, check_output, check_finite
+from megatron_endprompt.conversion.output import (
+    atomic_output_dir,
+    check_finite,
+    check_output,
+    guarded_output,
+)
 from megatron_endprompt.errors import UserError
 
 __all__ = ["HFToMegatronOptions", "convert_hf_to_megatron", "dims_for"]
@@ -76,14 +82,42 @@ def _check_parallel(spec: HFModelSpec, tp: int, pp: int) -> None:
                         f"{spec.num_layers}")
 
 
+#: Tensors an HF checkpoint may carry that the model recomputes (old Llama RoPE buffers).
+_DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def _check_all_consumed(unused: set[str], hf_dir: str, dims: Dims) -> None:
+    """Refuse tensors the mapping would drop: weights of layers beyond ``num_hidden_layers``
+    (a conversion would silently cut the model) or of modules this architecture lacks. A tied
+    model's ``lm_head.weight`` (transformers ignores it too) and RoPE buffers are skipped."""
+    unused = {n for n in unused if not n.endswith(_DERIVED_SUFFIXES)
+              and not (dims.tied and n == "lm_head.weight")}
+    if not unused:
+        return
+    layers = sorted({int(m.group(1)) for n in unused
+                     if (m := re.match(r"model\.layers\.(\d+)\.", n))})
+    if layers and layers[0] >= dims.num_layers:
+        raise UserError(
+            f"{hf_dir}: config.json says num_hidden_layers={dims.num_layers} but the weights "
+            f"hold {layers[-1] + 1} layers (model.layers.{layers[0]}. ... would be dropped); "
+            "fix num_hidden_layers in config.json")
+    listed = ", ".join(sorted(unused)[:5]) + (f" (+{len(unused) - 5} more)"
+                                             if len(unused) > 5 else "")
+    raise UserError(f"{hf_dir}: {len(unused)} tensor(s) this model has no place for would be "
+                    f"dropped: {listed}; the checkpoint is not a plain {dims.num_layers}-layer "
+                    "model of its config (remove them, or fix config.json)")
+
+
 def check_hf_tensors(reader: HFCheckpointReader, dims: Dims, hf_dir: str,
                      spec: HFModelSpec) -> torch.dtype:
     """Every tensor the mapping needs is present with the shape the config implies; returns
     their (common) dtype. Raises :class:`UserError` naming the first problem."""
     dtypes = set()
     names = set(reader.names())
+    consumed = set()
     for mapping, layer in expand(mappings_for(dims), dims):
         for name, want in zip(mapping.hf_names(layer=layer), mapping.hf_shapes(dims)):
+            consumed.add(name)
             if name not in names:
                 raise UserError(f"{hf_dir}: tensor {name} is missing (partial or non-Llama "
                                 "checkpoint)")
@@ -95,14 +129,29 @@ def check_hf_tensors(reader: HFCheckpointReader, dims: Dims, hf_dir: str,
                     f"num_key_value_heads={dims.num_query_groups}, head_dim={dims.head_dim}, "
                     f"hidden_size={dims.hidden_size}, intermediate_size={dims.ffn_hidden_size}, "
                     f"vocab_size={dims.vocab_size})")
-            dtypes.add(reader.dtype(name))
+            dtype = reader.dtype(name)
+            if not dtype.is_floating_point:
+                raise UserError(
+                    f"{hf_dir}: tensor {name} is stored as {str(dtype).removeprefix('torch.')}, "
+                    "not floating point (quantized or damaged weights: casting them to float "
+                    "would silently make another model); dequantize and re-save in bf16/fp32")
+            dtypes.add(dtype)
+    _check_all_consumed(names - consumed, hf_dir, dims)
     if len(dtypes) != 1:
         raise UserError(f"{hf_dir}: mixed tensor dtypes {sorted(map(str, dtypes))}")
     return dtypes.pop()
 
 
 def convert_hf_to_megatron(opts: HFToMegatronOptions) -> dict[str, Any]:
-    """Run the conversion; returns a summary (paths, flags, sizes)."""
+    """Run the conversion, ``--output`` held apart from ``--hf-dir`` and locked for the run
+    (:func:`~.output.guarded_output`); returns a summary (paths, flags, sizes)."""
+    with guarded_output(opts.output, inputs=[("--hf-dir", opts.hf_dir)],
+                        overwrite=opts.overwrite):
+        return _convert(opts)
+
+
+def _convert(opts: HFToMegatronOptions) -> dict[str, Any]:
+    """The conversion itself, under :func:`convert_hf_to_megatron`'s guard."""
     from tqdm import tqdm
 
     check_output(opts.output, overwrite=opts.overwrite)

@@ -149,11 +149,46 @@ def save_release_checkpoint(model: torch.nn.Module, args: Any, out_dir: str) -> 
         "model": model.sharded_state_dict(),
     }
     # Megatron's content metadata for a model-only checkpoint (no distributed optimizer).
-    dist_checkpointing.save(state, ckpt_dir, content_metadata={
-        "singleton_local_shards": False, "chained_optim_avoid_prefix": True})
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dist_checkpointing.save(state, ckpt_dir, content_metadata={
+            "singleton_local_shards": False, "chained_optim_avoid_prefix": True})
+    except (Exception, CheckpointException) as exc:  # a BaseException; OS errors unwrapped
+        os_error = os_error_inside(exc)
+        if os_error is None:
+            raise
+        raise OSError(os_error.errno, os_error.strerror, os_error.filename or ckpt_dir) from None
     with open(os.path.join(out_dir, TRACKER_FILE), "w") as f:
         f.write("release")
     return ckpt_dir
+
+
+def os_error_inside(exc: BaseException) -> OSError | None:
+    """The ``OSError`` a checkpoint writer's exception wraps (torch's ``CheckpointException``
+    holding per-rank failures, Megatron's ``RuntimeError("Worker failure: ...")`` raised from
+    the worker's error, or only its text ``[Errno 28] ...``), named after the errno; ``None``
+    when it wraps none. A full disk then reads as one line, not a worker traceback."""
+    import errno as errno_mod
+    import re
+
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno:
+            return e
+        todo += [e.__cause__, e.__context__]
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            todo += [v[0] if isinstance(v, tuple) else v for v in failures.values()]
+        m = re.search(r"\[Errno (\d+)\]", str(e))
+        if m:
+            code = int(m.group(1))
+            return OSError(code, os.strerror(code) if code in errno_mod.errorcode else str(e))
+    return None
 
 
 def find_checkpoint(path: str) -> str:
@@ -168,10 +203,33 @@ def find_checkpoint(path: str) -> str:
     if candidate is None:
         raise UserError(f"--checkpoint {path}: no Megatron checkpoint there (no {TRACKER_FILE},"
                         " iter_* or release directory)")
+    _check_metadata_json(candidate)
     if not dist_checkpointing.check_is_distributed_checkpoint(candidate):
         raise UserError(f"{candidate} is not a torch_dist checkpoint (save with "
                         "--ckpt-format torch_dist, Megatron's default)")
+    if not os.path.isfile(os.path.join(candidate, ".metadata")):
+        raise UserError(f"{candidate}: .metadata is missing (the save did not finish or the copy "
+                        "is incomplete); convert another iter_* directory or copy it again")
     return candidate
+
+
+def _check_metadata_json(ckpt_dir: str) -> None:
+    """``metadata.json`` (if present) must be a JSON object: Megatron's reader stops with a
+    ``UnicodeDecodeError``/``JSONDecodeError`` traceback on a damaged one."""
+    import json
+
+    path = os.path.join(ckpt_dir, "metadata.json")
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path} is damaged (not JSON: {exc}); copy the checkpoint again or "
+                        "convert another iter_* directory") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path} is damaged (a JSON {type(doc).__name__}, not an object); copy "
+                        "the checkpoint again or convert another iter_* directory")
 
 
 def load_common_state(ckpt_dir: str) -> dict[str, Any]:

@@ -39,9 +39,15 @@ from megatron_endprompt.conversion.megatron_ckpt import (
     single_process_group,
     tensor_metadata,
 )
-from megatron_endprompt.conversion.output import atomic_output_dir, check_finite, check_output
+from megatron_endprompt.conversion.output import (
+    atomic_output_dir,
+    check_finite,
+    check_output,
+    guarded_output,
+)
 from megatron_endprompt.conversion.special_tokens import KEYS, resolve_special_ids, tokenizer_ids
 from megatron_endprompt.conversion.tokenizer import export_tokenizer
+from megatron_endprompt.disk import check_apart
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.window import EXPORT_FLAGS, EndPromptWindow
 
@@ -122,7 +128,17 @@ def _reads(work: list[tuple[WeightMapping, int | None]], dims: Dims,
 
 
 def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
-    """Run the export; returns a summary."""
+    """Run the export, ``--output`` held apart from ``--checkpoint`` and ``--tokenizer`` and
+    locked for the run (:func:`~.output.guarded_output`); returns a summary."""
+    inputs = [("--checkpoint", opts.checkpoint)]
+    if opts.tokenizer:
+        inputs.append(("--tokenizer", opts.tokenizer))
+    with guarded_output(opts.output, inputs=inputs, overwrite=opts.overwrite):
+        return _export(opts)
+
+
+def _export(opts: MegatronToHFOptions) -> dict[str, Any]:
+    """The export itself, under :func:`convert_megatron_to_hf`'s guard."""
     from tqdm import tqdm
 
     check_output(opts.output, overwrite=opts.overwrite)
@@ -156,6 +172,8 @@ def convert_megatron_to_hf(opts: MegatronToHFOptions) -> dict[str, Any]:
                     "SentencePieceTokenizer"):
                 model = getattr(args, "tokenizer_model", None)
                 tokenizer_src = model if model and os.path.exists(model) else None
+                if tokenizer_src:
+                    check_apart(opts.output, [("(the run's --tokenizer-model)", tokenizer_src)])
             if tokenizer_src is not None:
                 tok = export_tokenizer(tokenizer_src, tmp, model_max_length=L)
                 tokenizer_len = len(tok)

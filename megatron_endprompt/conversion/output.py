@@ -6,6 +6,11 @@ before the rename every directory gets ``0777 & ~umask`` and every file ``0666 &
 
 The sibling is ``.OUT.partial-PID-XXXX``: a ``SIGKILL`` leaves it behind (hundreds of MB for a
 real model), so the next run with the same ``--output`` removes those of dead processes.
+
+:func:`guarded_output` holds the output for a whole run: it refuses an output that is, contains
+or lies inside an input (the final rename would delete it), and locks ``.OUT.lock`` beside it
+so a second run to the same ``--output`` stops at once instead of both printing "wrote" and
+the later rename silently replacing the earlier output.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from megatron_endprompt.disk import check_writable, fsync_dir, pid_alive
+from megatron_endprompt.disk import check_apart, check_writable, exclusive, fsync_dir, pid_alive
 from megatron_endprompt.errors import UserError
 
 __all__ = ["apply_umask", "atomic_output_dir", "check_output", "check_finite",
-           "remove_stale_partials"]
+           "guarded_output", "remove_stale_partials"]
 
 _PARTIAL_RE = re.compile(r"\.partial-(\d+)-[^/]*$")
 
@@ -34,6 +39,21 @@ def check_output(path: str, *, overwrite: bool, flag: str = "--output") -> None:
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{flag} {path} already exists; pass --overwrite to replace it")
     check_writable(path, flag=flag)
+
+
+@contextlib.contextmanager
+def guarded_output(path: str, *, inputs: list[tuple[str, str]], overwrite: bool,
+                   flag: str = "--output") -> Iterator[None]:
+    """For the duration of a run writing ``path``: ``path`` apart from every ``(flag, input)``
+    (:func:`~megatron_endprompt.disk.check_apart`), :func:`check_output`, and the lock
+    ``.OUT.lock`` beside it held (a second run -> one ``error:`` line)."""
+    check_apart(path, inputs, flag=flag)
+    check_output(path, overwrite=overwrite, flag=flag)
+    name = os.path.basename(os.path.abspath(path))
+    lock = os.path.join(os.path.dirname(os.path.abspath(path)), f".{name}.lock")
+    with exclusive(lock, busy=f"{flag} {path}: another run (pid {{pid}}) is writing it; wait "
+                              f"for that run to finish or choose another {flag}"):
+        yield
 
 
 def check_finite(tensor: Any, what: str) -> None:
@@ -102,6 +122,10 @@ def atomic_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> 
         raise
     apply_umask(tmp)
     old = None
+    if os.path.lexists(path) and not overwrite:  # appeared during the run: never replaced
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{flag} {path} appeared while this run was writing (another run?); "
+                        "nothing was replaced: pass --overwrite to replace it")
     if os.path.lexists(path):  # move the old output aside first: replaced in two renames
         old = tempfile.mktemp(prefix=f".{os.path.basename(os.path.abspath(path))}.partial-"
                                      f"{os.getpid()}-old-", dir=parent)

@@ -181,7 +181,12 @@ def export_tokenizer(source: str, out_dir: str, *, model_max_length: int | None 
             raise UserError(f"--tokenizer {source}: not an HF tokenizer directory ({exc})") \
                 from None
     elif source.endswith(".json") and os.path.isfile(source):
-        tok = PreTrainedTokenizerFast(tokenizer_file=source)
+        try:
+            tok = PreTrainedTokenizerFast(tokenizer_file=source)
+        except Exception as exc:  # noqa: BLE001 - tokenizers' parse errors are plain Exception
+            raise UserError(f"--tokenizer {source}: not a readable tokenizer.json ({exc}); "
+                            "pass a complete tokenizer.json or the HF tokenizer directory") \
+                from None
     elif os.path.isfile(source):
         tok = sentencepiece_to_hf(source)
     else:

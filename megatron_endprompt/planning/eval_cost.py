@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from megatron_endprompt.planning.flops import core_attention_flops
 from megatron_endprompt.planning.megatron_formulas import MegatronAccounting, megatron_namespace
 from megatron_endprompt.planning.plan import PlanSettings, total_params
+from megatron_endprompt.window import MAX_POSITION
 
 __all__ = ["EvalCost", "RULER_TASKS", "eval_cost"]
 
@@ -81,6 +82,10 @@ def eval_cost(s: PlanSettings, *, length: int, tasks: int = RULER_TASKS,
     if length <= 0 or tasks <= 0 or samples_per_task <= 0:
         raise ValueError(f"--eval-length {length}, --eval-tasks {tasks}, --eval-samples "
                          f"{samples_per_task}: each must be positive")
+    if length > MAX_POSITION:  # the bound training and preprocessing put on L
+        raise ValueError(f"--eval-length {length} exceeds {MAX_POSITION:,}, the largest "
+                         "position an int32 holds (the bound on --target-length); give an "
+                         "evaluation length the model can address")
     m = s.model
     ns = megatron_namespace(m, seq_length=length, micro_batch=1, tp=1, pp=1, cp=1, dp=1)
     prefill = MegatronAccounting(ns).train_flops(1) / 3.0

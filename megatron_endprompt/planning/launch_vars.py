@@ -45,6 +45,9 @@ def script_defaults(path: str = LAUNCH_SCRIPT) -> dict[str, str]:
     except OSError as exc:
         raise UserError(f"--launch-script {path}: cannot read it ({exc.strerror}); the planner "
                         "takes its defaults from the launch script: give its path") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--launch-script {path}: not a text file (not UTF-8); give the "
+                        "EndPrompt launch script") from None
     found = dict(_DEFAULT_LINE.findall(text))
     recompute = _RECOMPUTE.search(text)
     found["RECOMPUTE"] = recompute.group(1) if recompute else "none"

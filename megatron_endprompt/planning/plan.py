@@ -18,6 +18,7 @@ TP stays within a node (<= 8) and divides the KV heads; PP divides the layers; C
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from megatron_endprompt.planning.activations import ActivationModel
@@ -75,8 +76,8 @@ class PlanSettings:
         for flag, value in checks:
             if value <= 0:
                 raise ValueError(f"{flag} must be positive, got {value}")
-        if self.tokens <= 0:
-            raise ValueError(f"--tokens must be positive, got {self.tokens:g}")
+        if not (math.isfinite(self.tokens) and self.tokens > 0):
+            raise ValueError(f"--tokens must be a positive finite number, got {self.tokens:g}")
         try:  # L vs P vs L0 by the rule training uses (L > P, L > L0, int32 positions)
             EndPromptWindow(target_length=self.target_length, seq_length=self.seq_length,
                             original_length=self.model.original_window, flags=PREPROCESS_FLAGS)

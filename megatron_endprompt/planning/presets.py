@@ -84,6 +84,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 }
 
 
+#: config.json fields that give a mixture-of-experts model's expert count (Mixtral, Qwen-MoE,
+#: DeepSeek, DBRX-style spellings).
+_EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
 def model_from_hf_config(path: str) -> ModelSpec:
     """A :class:`ModelSpec` from an HF ``config.json`` (the file, or a directory holding one).
     Only the shape is read; Llama-layout fields (``num_hidden_layers``, ``intermediate_size``,
@@ -101,6 +106,13 @@ def model_from_hf_config(path: str) -> ModelSpec:
         raise UserError(f"--hf-config {path}: expected a JSON object")
     if isinstance(raw.get("text_config"), dict):  # multimodal wrappers keep the LM here
         raw = {**raw, **raw["text_config"]}
+    experts = {k: raw[k] for k in _EXPERT_FIELDS if isinstance(raw.get(k), int) and raw[k] > 1}
+    if experts:  # planned as dense it would be off by the experts' weights and routing
+        field_, n = next(iter(experts.items()))
+        raise UserError(f"--hf-config {path}: a mixture-of-experts model ({field_}={n}, "
+                        f"model_type {raw.get('model_type')!r}); the planner's memory and FLOP "
+                        "formulas are for dense Llama-layout models, so it does not plan MoE "
+                        "runs")
     need = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
             "vocab_size")
     missing = [k for k in need if not isinstance(raw.get(k), int)]

@@ -67,7 +67,7 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
         f"TFLOP/s bf16 dense); fits = total <= {s.usable_bytes / GIB:.1f} GiB "
         f"({100 * s.headroom:g}% headroom)",
         f"assumptions: MFU {100 * s.mfu:g}% (of peak, on executed FLOPs), recompute {s.recompute}, "
-        f"micro-batch {s.micro_batch}, {s.global_batch_tokens:,} tokens/step, bf16 + "
+        f"micro-batch {s.micro_batch}, {_step_tokens(s, ep, full)}, bf16 + "
         f"{'distributed ' if s.distributed_optimizer else ''}Adam, flash attention, "
         f"{s.tokens:.3g} tokens per method",
         "",
@@ -94,6 +94,7 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
     row("  logits transient (bf16 copy)", lambda p: p.memory.logits_transient / GIB)
     row("  [Megatron formula, selective]", lambda p: p.megatron_activation_bytes / GIB)
     row("global batch, sequences", lambda p: p.global_batch, "{:,}")
+    row("tokens / step (planned)", lambda p: p.global_batch * p.seq_length, "{:,}")
     row("model FLOPs / step, PFLOP", lambda p: p.step_model_flops / 1e15, "{:.1f}")
     row("model FLOPs / token, GFLOP",
         lambda p: p.step_model_flops / (p.global_batch * p.seq_length) / 1e9, "{:.1f}")
@@ -109,6 +110,17 @@ def plan_table(s: PlanSettings, plans: dict[str, MethodPlan]) -> str:
     lines.append(f"{'memory ratio, same layout':38s}{ep.memory.total / same.memory.total:>22.3f}")
     lines.append(f"{'GPU-hour ratio EndPrompt / full':38s}{ep.gpu_hours / full.gpu_hours:>22.3f}")
     return "\n".join(lines)
+
+
+def _step_tokens(s: PlanSettings, ep, full) -> str:
+    """Tokens per step as planned: whole sequences, a multiple of DP x micro-batch, so a
+    ``--global-batch-tokens`` that is not a multiple is rounded; say so instead of echoing it."""
+    planned = [p.global_batch * p.seq_length for p in (ep, full)]
+    if planned == [s.global_batch_tokens] * 2:
+        return f"{s.global_batch_tokens:,} tokens/step"
+    return (f"{s.global_batch_tokens:,} tokens/step requested, planned {planned[0]:,} "
+            f"(EndPrompt) / {planned[1]:,} (full-length) as whole sequences, a multiple of DP x "
+            "micro-batch")
 
 
 def eval_text(s: PlanSettings, e: EvalCost) -> str:

@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import re
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
@@ -209,6 +210,8 @@ def check_startup(args: argparse.Namespace) -> list[str]:
     _check_prefixes(args)
     _check_cache_path(args)
     _check_load(args)
+    _check_save(args)
+    _check_context_parallel(args)
     return notes
 
 
@@ -278,38 +281,93 @@ def _check_features(args: argparse.Namespace) -> None:
                         "--mtp-num-layers")
 
 
-def _check_cache_path(args: argparse.Namespace) -> None:
-    """``--data-cache-path`` must be writable: Megatron writes its index caches and we write
-    the sidecar verification verdicts there on the first start (a read-only one was a
-    traceback from deep inside the dataset build)."""
-    path = getattr(args, "data_cache_path", None)
+def _check_writable_dir(flag: str, path: str | None, why: str) -> None:
+    """``path`` is a directory or can be created as one, under a nearest existing ancestor
+    that is a directory and takes a new entry (a real write: ``os.access`` says yes to root on
+    a read-only mount). Raises :class:`UserError` naming ``flag``."""
     if not path:
         return
     probe = path
     while probe and not os.path.exists(probe):
         probe = os.path.dirname(probe.rstrip("/"))
     if not os.path.isdir(probe or "."):
-        raise UserError(f"--data-cache-path {path}: {probe} is not a directory; give a "
-                        "directory")
-    try:  # a real write: ``os.access`` says yes to root on a read-only mount
+        raise UserError(f"{flag} {path}: {probe} is not a directory; give a directory")
+    try:
         writable_ancestor(probe or ".")
     except OSError as exc:
-        raise UserError(f"--data-cache-path {path}: {probe or '.'} is not writable "
-                        f"({exc.strerror}); point it at a writable directory (the index "
-                        "caches are written there)") from None
+        raise UserError(f"{flag} {path}: {probe or '.'} is not writable ({exc.strerror}); "
+                        f"point it at a writable directory ({why})") from None
+
+
+def _check_cache_path(args: argparse.Namespace) -> None:
+    """``--data-cache-path`` must be writable: Megatron writes its index caches and we write
+    the sidecar verification verdicts there on the first start (a read-only one was a
+    traceback from deep inside the dataset build)."""
+    _check_writable_dir("--data-cache-path", getattr(args, "data_cache_path", None),
+                        "the index caches are written there")
+
+
+def _check_save(args: argparse.Namespace) -> None:
+    """``--save`` must be a writable directory (or creatable as one) now, as ``--load`` is
+    checked: otherwise training runs until the first save and every rank then dies with an
+    ``OSError``/``NotADirectoryError``."""
+    _check_writable_dir("--save", getattr(args, "save", None), "checkpoints are saved there")
+
+
+#: Tokenizer types whose ``--tokenizer-model`` is a local file or directory Megatron opens.
+_TOKENIZER_FILES = ("GPTSentencePieceTokenizer", "SentencePieceTokenizer", "Llama2Tokenizer",
+                    "TikTokenizer", "HuggingFaceTokenizer")
+
+
+def _check_tokenizer(args: argparse.Namespace) -> None:
+    """A ``--tokenizer-model`` that is not there: one line now, not Megatron's ``ValueError``
+    traceback on every rank. A HuggingFaceTokenizer name of the hub form ``org/name`` (not an
+    absolute or ``./`` path) is left to transformers."""
+    kind = getattr(args, "tokenizer_type", None)
+    model = getattr(args, "tokenizer_model", None)
+    if kind not in _TOKENIZER_FILES or not model or os.path.exists(model):
+        return
+    hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not model.startswith(".")
+    if kind == "HuggingFaceTokenizer" and hub_id:
+        return
+    raise UserError(f"--tokenizer-model {model}: no such file or directory (--tokenizer-type "
+                    f"{kind}); give the tokenizer the data was preprocessed with")
+
+
+def _check_context_parallel(args: argparse.Namespace) -> None:
+    """Megatron's context parallelism runs only in Transformer Engine's attention
+    (``TEDotProductAttention``); with the local attention both ranks die after the model is
+    built, on Megatron's assertion."""
+    import importlib.util
+
+    cp = getattr(args, "context_parallel_size", 1) or 1
+    if cp <= 1:
+        return
+    impl = getattr(args, "transformer_impl", None)
+    te = importlib.util.find_spec("transformer_engine") is not None
+    if impl != "transformer_engine" or not te:
+        why = (f"--transformer-impl is {impl}" if impl != "transformer_engine"
+               else "Transformer Engine is not installed")
+        raise UserError(f"--context-parallel-size {cp} needs Transformer Engine's attention "
+                        f"({why}); use --transformer-impl transformer_engine on GPUs with "
+                        "Transformer Engine, or --context-parallel-size 1")
 
 
 def parse_args_checked(argv: list[str], extra_args_provider) -> argparse.Namespace:
     """Megatron's ``parse_and_validate_args`` (it reads ``sys.argv``), with the flags it
-    divides by checked first and its bare ``assert``s in ``validate_args`` (e.g. ``--save``
-    without ``--save-interval``) turned into one line quoting the failed condition."""
+    divides by and the tokenizer it builds checked first, and its bare ``assert``s in
+    ``validate_args`` (e.g. ``--save`` without ``--save-interval``) turned into one line quoting
+    the failed condition."""
     import traceback
 
     from megatron.training.arguments import parse_and_validate_args
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
+    pre.add_argument("--tokenizer-type")
+    pre.add_argument("--tokenizer-model")
     known, _ = pre.parse_known_args(argv)
+    _check_tokenizer(known)  # Megatron's parse builds the tokenizer: a missing one raised there
     if known.make_vocab_size_divisible_by < 1:
         raise UserError(f"--make-vocab-size-divisible-by {known.make_vocab_size_divisible_by} "
                         "must be >= 1 (128 is Megatron's default)")

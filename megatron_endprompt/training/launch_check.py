@@ -155,6 +155,9 @@ def check_launch(env: Mapping[str, str]) -> dict[str, str]:
     v = {name: _int(env, name, 1) for name in _POSITIVE}
     v.update({name: _int(env, name, 0) for name in _NON_NEGATIVE})
     tp, pp, cp = v["TP"], v["PP"], v["CP"]
+    if v["MASTER_PORT"] > 65535:
+        raise UserError(f"MASTER_PORT={v['MASTER_PORT']} is not a TCP port; give one in "
+                        "1..65535 (e.g. 6000)")
     if v["NODE_RANK"] >= v["NNODES"]:
         raise UserError(f"NODE_RANK={v['NODE_RANK']} must be below NNODES={v['NNODES']} "
                         "(ranks count from 0)")

@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
         identity = startup_tokenizer_identity(args)  # once: the datasets reuse it
         layouts = check_sidecars(args, identity)
-    except UserError as exc:
-        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+    except UserError as exc:  # one line from rank 0 (torchrun's RANK before the group exists)
+        rank = (torch.distributed.get_rank() if torch.distributed.is_initialized()
+                else int(os.environ.get("RANK", "0")))
+        if rank == 0:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:

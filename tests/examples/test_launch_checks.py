@@ -141,3 +141,42 @@ def test_real_launch_checks_before_torchrun(setup):
     proc = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert (tmp / "started").exists()
+
+
+def _fake_torchrun(tmp, env):
+    fake = tmp / "bin" / "torchrun"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(f"#!/usr/bin/env bash\ntouch {tmp}/started\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return {**env, "PATH": f"{fake.parent}:{env['PATH']}"}
+
+
+@pytest.mark.parametrize("args, over, says", [
+    (["--dryrun"], {}, "unknown option --dryrun"),  # a typo of --dry-run: no real launch
+    (["--train-iters", "5", "--no-such-megatron-flag=1"], {}, "--no-such-megatron-flag"),
+    ([], {"EXIT_SIGNAL": "SIGKILL"}, "EXIT_SIGNAL=SIGKILL cannot be caught"),
+    ([], {"EXIT_SIGNAL": "STOP"}, "EXIT_SIGNAL=SIGSTOP cannot be caught"),
+    ([], {"MASTER_PORT": "99999"}, "MASTER_PORT=99999"),
+    ([], {"MASTER_PORT": "0"}, "MASTER_PORT=0"),
+])
+def test_real_launch_refuses_unknown_options_signals_ports(setup, args, over, says):
+    """A real launch (no --dry-run): refused with one line before torchrun starts."""
+    tmp, env = setup
+    env = _fake_torchrun(tmp, {**env, **over})
+    proc = subprocess.run(["bash", SCRIPT, *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), \
+        proc.stderr
+    assert says in lines[0]
+    assert not (tmp / "started").exists()
+
+
+def test_known_extra_flags_still_launch(setup):
+    tmp, env = setup
+    env = _fake_torchrun(tmp, env)
+    proc = subprocess.run(["bash", SCRIPT, "--train-iters", "5", "--endprompt-sidecar-name=x",
+                           "--no-load-optim"], env={**env, "EXIT_SIGNAL": "SIGUSR1"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp / "started").exists()

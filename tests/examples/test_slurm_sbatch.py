@@ -75,8 +75,9 @@ def test_sbatch_header():
 
 def test_one_task_per_node_with_its_rank(tmp_path):
     env = _env(tmp_path)
+    # extra flags: each node's launcher checks them with Megatron's parser (an import)
     proc = subprocess.run(["bash", SBATCH, "--seed", "7"], env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     srun = (tmp_path / "srun.args").read_text().split()
     assert "--nodes=2" in srun and "--ntasks-per-node=1" in srun

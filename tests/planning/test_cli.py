@@ -81,3 +81,57 @@ def test_plan_vs_measured_runs_on_cpu(tmp_path):
         ratio = doc["cases"][case]["ratios"]["activations (saved tensors)"]
         assert abs(ratio - 1) <= 0.10, (case, ratio)
     assert "predicted" in res.stdout and "measured" in res.stdout
+
+
+def _mixtral_config(path):
+    """Mixtral-8x7B's shape (its config.json's fields): 8 experts of a Llama-layout MLP."""
+    path.write_text(json.dumps({
+        "model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+        "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}))
+    return path
+
+
+@pytest.mark.parametrize("case", ["moe", "eval_length", "tokens_nan", "tokens_inf",
+                                  "binary_script", "plot_dir"])
+def test_more_bad_input_is_one_line(run_tool, tmp_path, case):
+    """A MoE config (planned as dense before), an unbounded --eval-length (costed before),
+    --tokens nan/inf (accepted before), a binary --launch-script and a --plot that is a
+    directory (tracebacks before): one line each, nothing written."""
+    (tmp_path / "plots.png").mkdir()
+    binary = tmp_path / "launch.sh"
+    binary.write_bytes(bytes(range(256)) * 4)
+    argv, needle = {
+        "moe": (["--hf-config", _mixtral_config(tmp_path / "config.json"), "--seq-length",
+                 "8192", "--target-length", "131072", "--sweep", "65536"],
+                "mixture-of-experts"),
+        "eval_length": ([*BASE, "--eval-length", str(10**12)], "--eval-length 1000000000000"),
+        "tokens_nan": ([*BASE, "--tokens", "nan"], "--tokens"),
+        "tokens_inf": ([*BASE, "--tokens", "inf"], "--tokens"),
+        "binary_script": ([*BASE, "--launch-script", binary], "--launch-script"),
+        "plot_dir": ([*BASE, "--plot", tmp_path / "plots.png"], "--plot"),
+    }[case]
+    rc, out, err = run_tool(main, argv)
+    assert rc == 2 and err.startswith("error: ") and needle in err, (argv, err)
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert os.listdir(tmp_path / "plots.png") == []
+
+
+def test_global_batch_tokens_not_a_multiple_is_reported_as_planned(run_tool):
+    """--global-batch-tokens 100000 at P=8192 cannot be planned exactly (whole sequences, a
+    multiple of DP x micro-batch): the table must say the tokens/step it plans (the launch
+    line's GLOBAL_BATCH x 8192), not echo 100,000."""
+    import re
+
+    rc, out, err = run_tool(main, [*BASE, "--global-batch-tokens", "100000"])
+    assert rc == 0, err
+    planned = int(re.search(r"GLOBAL_BATCH=(\d+) ", out).group(1)) * 8192
+    assert planned != 100_000
+    assumptions = next(line for line in out.splitlines() if line.startswith("assumptions:"))
+    assert "100,000 tokens/step," not in assumptions  # the old echo
+    assert f"100,000 tokens/step requested, planned {planned:,} (EndPrompt)" in assumptions
+    row = next(line for line in out.splitlines() if line.startswith("tokens / step"))
+    assert f"{planned:,}" in row
+    rc, out, err = run_tool(main, [*BASE, "--global-batch-tokens", str(64 * 65536)])
+    assert rc == 0 and f"{64 * 65536:,} tokens/step," in out, err

@@ -1,6 +1,7 @@
 """Run the pretrain entry's start-up on many argv lists in ONE process (Megatron imported once).
 
-``python pretrain_driver.py CASES.json RESULTS.json``: for each ``{"name", "argv"}`` calls
+``python pretrain_driver.py CASES.json RESULTS.json``: for each ``{"name", "argv", "env"}``
+(``env``: variables set for that case only, e.g. torchrun's ``WORLD_SIZE``) calls
 ``megatron_endprompt.training.pretrain.main(argv)`` with Megatron's ``pretrain()`` replaced by
 a stub that records that the run got that far (no training is launched). Records the exit
 code, stderr and whether Megatron's ``pretrain()`` was reached.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 import traceback
 
@@ -50,6 +52,8 @@ def main() -> None:
         megatron.training.pretrain = _stub
         err = io.StringIO()
         reached = False
+        saved_env = {k: os.environ.get(k) for k in case.get("env", {})}
+        os.environ.update(case.get("env", {}))  # e.g. WORLD_SIZE: what torchrun would set
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             try:
                 entry.main(case["argv"])
@@ -65,6 +69,11 @@ def main() -> None:
             except BaseException:  # noqa: BLE001 - a traceback is an outcome
                 traceback.print_exc()
                 rc = None
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         results.append({"name": case["name"], "rc": rc, "stderr": err.getvalue(),
                         "reached": reached})
     with open(results_path, "w") as f:

@@ -259,6 +259,8 @@ from sweep_pretrain import CASES as _PRETRAIN, run_pretrain_cases  # noqa: E402
 from sweep_cases_merge import CASES as _MERGE  # noqa: E402
 from sweep_cases_startup import CASES as _STARTUP  # noqa: E402
 from sweep_cases_data_tools import CASES as _DATA_TOOLS  # noqa: E402
+from sweep_cases_convert import CASES as _CONVERT  # noqa: E402
+from sweep_cases_pretrain_outputs import CASES as _PRETRAIN_OUTPUTS  # noqa: E402
 
-CASES += _PRETRAIN + _MERGE + _STARTUP + _DATA_TOOLS
+CASES += _PRETRAIN + _MERGE + _STARTUP + _DATA_TOOLS + _CONVERT + _PRETRAIN_OUTPUTS
 __all__ = ["CASES", "run_pretrain_cases", "HERE", "classify", "snapshot", "P", "sys"]

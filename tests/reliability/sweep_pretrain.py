@@ -149,7 +149,8 @@ def run_pretrain_cases(cases, fx, root):
         d = os.path.join(root, case.name)
         os.makedirs(d)
         dirs[case.name] = d
-        todo.append({"name": case.name, "argv": case.build(fx, d)})
+        todo.append({"name": case.name, "argv": case.build(fx, d),
+                     "env": case.extra.get("env", {})})
         before[case.name] = snapshot(d)
     cases_json = os.path.join(root, "pretrain_cases.json")
     out_json = os.path.join(root, "pretrain_results.json")
