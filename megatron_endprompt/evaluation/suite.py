@@ -94,6 +94,9 @@ class EvalConfig:
     """MMLU / GSM8K / HellaSwag / HumanEval JSONL folder (``short_text``): runs them."""
     bench_limit: int = 0
     """At most N items per LongBench task / short-text benchmark (0 = all)."""
+    chat_template: str = "none"
+    """``none`` (prompts as base models get them) or ``model`` (the tokenizer's chat template
+    for LongBench, short-text and ``--backend lm-eval``; RULER and passkey stay base)."""
 
     def validate(self) -> None:
         """Raise ``UserError`` naming the flag for every inconsistent choice (before anything
@@ -108,6 +111,8 @@ class EvalConfig:
                                  ("--bench-limit", self.bench_limit, 0)):
             if value < low:
                 raise UserError(f"{name} must be >= {low} (got {value})")
+        if self.chat_template not in ("none", "model"):
+            raise UserError(f"--chat-template {self.chat_template}: use none or model")
         if self.ppl_protocol not in ("document", "legacy-stream"):
             raise UserError(f"--ppl-protocol {self.ppl_protocol}: use document or "
                             "legacy-stream")
@@ -295,8 +300,9 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     results: dict[str, Any] = {"meta": {
         "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "depths": cfg.depths,
         "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
-        "batch_size": cfg.batch_size, "chat_template": "base (none, as RULER for base models)",
-        **meta}}
+        "batch_size": cfg.batch_size, "bench_limit": cfg.bench_limit,
+        "chat_template": cfg.chat_template,
+        "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}
     if haystack is not None:
         results["meta"]["haystack"] = {"source": haystack.source,
                                        "substitute": haystack.substitute}
