@@ -5,11 +5,13 @@ run before the model loads. ``cfg`` is a ``suite.EvalConfig``."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from megatron_endprompt.evaluation import report
 from megatron_endprompt.evaluation.longbench import available_tasks, load_task, run_longbench
+from megatron_endprompt.evaluation.mmlu_tasks import load_mmlu
 from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, load_qa
 from megatron_endprompt.evaluation.short_text import run_short_text
 
@@ -17,13 +19,17 @@ __all__ = ["check_files", "run"]
 
 
 def check_files(cfg: Any, gen_tasks: list[str]) -> None:
-    """RULER QA, LongBench and short-text files are readable (before the model loads)."""
+    """RULER QA, LongBench and MMLU files are readable and well-formed (before the model
+    loads)."""
     for task in gen_tasks:
         if task in QA_TASKS:
             load_qa(cfg.qa_dir or "", task)
     if cfg.longbench_dir:
         for task in available_tasks(cfg.longbench_dir):
             load_task(cfg.longbench_dir, task, cfg.bench_limit)
+    if cfg.short_text_dir and os.path.isfile(os.path.join(cfg.short_text_dir,
+                                                          "mmlu_test.jsonl")):
+        load_mmlu(cfg.short_text_dir)
 
 
 

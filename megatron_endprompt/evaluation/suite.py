@@ -29,8 +29,13 @@ from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, make_qa_samples
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
-           "LEGACY_TASKS", "check_writable"]
+           "LEGACY_TASKS", "MAX_LENGTH_FACTOR", "check_writable"]
 
+#: Longest evaluation length, in multiples of the model's ``max_position_embeddings``: the
+#: paper's longest evaluation is 8x a window (8K base models at 64K); 16x leaves one doubling
+#: for extrapolation studies. Past it the positions are far from anything trained and the run
+#: (attention memory grows with the square of the length) is cost without a comparable number.
+MAX_LENGTH_FACTOR = 16
 LEGACY_TASKS = ("legacy_passkey", "legacy_niah_single", "legacy_niah_multikey",
                 "legacy_niah_multivalue", "legacy_niah_multiquery")
 TASK_GROUPS: dict[str, tuple[str, ...]] = {
@@ -253,6 +258,12 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     if cfg.save_prompts:
         check_writable(cfg.save_prompts, flag="--save-prompts", create=False)
     meta = model_meta(cfg.hf_dir)
+    mpe = meta["max_position_embeddings"]
+    over = [n for n in cfg.lengths if mpe and n > MAX_LENGTH_FACTOR * mpe]
+    if over:
+        raise UserError(f"--lengths {','.join(map(str, over))}: more than {MAX_LENGTH_FACTOR}x "
+                        f"the model's max_position_embeddings ({mpe}, so at most "
+                        f"{MAX_LENGTH_FACTOR * mpe}); give lengths up to that")
 
     import transformers
 
@@ -278,7 +289,6 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                             "give longer documents")
     _check_lengths(cfg, gen_tasks, text_tokens, haystack)
     bench_stage.check_files(cfg, gen_tasks)
-    mpe = meta["max_position_embeddings"]
     long = [n for n in cfg.lengths if mpe and n > mpe]
     if long:
         log(f"warning: --lengths {','.join(map(str, long))} exceed the model's "
