@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(+ mmlu_dev, gsm8k_train for few-shot): short-text retention")
     p.add_argument("--bench-limit", type=int, default=0,
                    help="at most N items per LongBench task / short-text benchmark (0 = all)")
+    p.add_argument("--chat-template", choices=("none", "model"), default="none",
+                   help="none (prompts as base models get them; a warning when the tokenizer "
+                        "ships a chat template) or model (wrap LongBench prompts by LongBench's "
+                        "chat rule, short-text and --backend lm-eval prompts with lm-eval's "
+                        "apply_chat_template, in the tokenizer's template; RULER and passkey "
+                        "stay base)")
     p.add_argument("--save-prompts", default=None,
                    help="JSONL: one line per prompt (task, length, prompt, answer, output, "
                         "score)")
@@ -171,7 +177,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         progress=not args.no_progress, backend=args.backend,
         lm_eval_include=list(args.lm_eval_include), qa_dir=args.qa_dir,
         longbench_dir=args.longbench_dir, short_text_dir=args.short_text_dir,
-        bench_limit=args.bench_limit)
+        bench_limit=args.bench_limit, chat_template=args.chat_template)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,13 +40,14 @@ def run(cfg: Any, model: Any, tokenizer: Any, results: dict[str, Any],
     if cfg.longbench_dir:
         results["longbench"] = run_longbench(model, tokenizer, cfg.longbench_dir,
                                              length=length, limit=cfg.bench_limit,
-                                             batch_size=cfg.batch_size, progress=bar)
+                                             batch_size=cfg.batch_size, progress=bar,
+                                             chat=cfg.chat_template == "model")
         results["meta"]["elapsed_s"] = round(time.time() - start, 2)
         report.write_tables(results, cfg.output)
     if cfg.short_text_dir:
         results["short_text"] = run_short_text(model, tokenizer, cfg.short_text_dir,
                                                length=length, batch_size=cfg.batch_size,
                                                limit=cfg.bench_limit, seed=cfg.seed,
-                                               progress=bar)
+                                               progress=bar, chat=cfg.chat_template == "model")
         results["meta"]["elapsed_s"] = round(time.time() - start, 2)
         report.write_tables(results, cfg.output)

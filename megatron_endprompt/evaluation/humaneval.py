@@ -35,6 +35,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import runner
+from megatron_endprompt.evaluation.chat import chat_ids
 from megatron_endprompt.evaluation.local_jsonl import read_items
 
 __all__ = ["STOP", "load_problems", "truncate_completion", "program", "run_program",
@@ -111,8 +112,10 @@ def run_program(source: str, *, timeout: float = 10.0) -> dict[str, Any]:
 
 
 def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: int = 0,
-                  timeout: float = 10.0, progress: Any = None) -> dict[str, Any]:
-    """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``."""
+                  timeout: float = 10.0, progress: Any = None,
+                  chat: bool = False) -> dict[str, Any]:
+    """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``.
+    ``chat``: the prompt goes in as one user turn of the chat template (``chat.chat_ids``)."""
     problems = load_problems(path, limit)
     pad, eos = runner.pad_id(tokenizer), runner.model_eos_ids(model, tokenizer)
     if progress is not None:
@@ -120,7 +123,8 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
         progress.set_description("humaneval")
     recs = []
     for p in problems:
-        ids = tokenizer(p["prompt"], add_special_tokens=True, verbose=False)["input_ids"]
+        ids = (chat_ids(tokenizer, p["prompt"]) if chat else
+               tokenizer(p["prompt"], add_special_tokens=True, verbose=False)["input_ids"])
         budget = min(MAX_GEN_TOKS, length - len(ids))
         if budget < 1:
             raise UserError(f"--lengths {length}: HumanEval {p['task_id']} has a "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from megatron_endprompt.evaluation import report
 from megatron_endprompt.evaluation import runner
 from megatron_endprompt.evaluation.lm_eval_results import read_results
 from megatron_endprompt.evaluation.results_io import check_writable
-from megatron_endprompt.evaluation.suite import EvalConfig, model_meta
+from megatron_endprompt.evaluation.suite import EvalConfig, check_chat_setting, model_meta
 
 __all__ = ["LM_EVAL_TASK", "lm_eval_task_names", "pick_documents", "run_lm_eval_backend"]
 
@@ -148,7 +149,8 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     except ImportError:
         raise UserError("--backend lm-eval needs lm-evaluation-harness: pip install "
                         "'megatron-endprompt[lm-eval]' (lm-eval[hf,ruler])") from None
-    runner.load_tokenizer(cfg.hf_dir)  # one line for missing tokenizer files, not lm-eval's
+    tokenizer = runner.load_tokenizer(cfg.hf_dir)  # one line for missing files, not lm-eval's
+    check_chat_setting(cfg, tokenizer, lambda m: print(m, file=sys.stderr))
     meta = model_meta(cfg.hf_dir)
     tm, objects, picks, leaves = _load(cfg)
     start = time.time()
@@ -158,7 +160,8 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
                     "max_length": max(cfg.lengths)},
         tasks=objects, task_manager=tm, samples=picks or None, batch_size=cfg.batch_size,
         device=cfg.device, random_seed=cfg.seed, numpy_random_seed=cfg.seed,
-        torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed)
+        torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+        apply_chat_template=cfg.chat_template == "model")
     if not out or "results" not in out:
         raise UserError("--backend lm-eval: lm-eval returned no results (is the model "
                         "directory readable?)")
@@ -167,7 +170,8 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
         "lm_eval_include": cfg.lm_eval_include, "lengths": cfg.lengths,
         "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
         "backend": "lm-eval", "lm_eval_version": getattr(lm_eval, "__version__", None),
-        **meta}}
+        "chat_template": cfg.chat_template,
+        "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}
     results.update(read_results(out, leaves=leaves, lengths=cfg.lengths))
     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
     results["written"] = report.write_tables(results, cfg.output)

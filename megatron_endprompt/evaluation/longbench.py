@@ -11,7 +11,9 @@ with special tokens; when longer than ``max_length`` tokens, the middle is cut:
 ``decode(ids[:half]) + decode(ids[-half:])`` with ``half = max_length // 2``, special tokens
 skipped, then re-tokenized. Greedy decoding of at most ``dataset2maxlen[task]`` tokens; for
 samsum a newline also ends generation and at least one token is generated. No chat template
-(base models). Scores: ``longbench_metrics.score_prediction`` x 100 averaged per task (LongBench
+for base models; with ``chat=True`` (``--chat-template model``) the truncated prompt is wrapped
+in the tokenizer's chat template except for LongBench's six unwrapped tasks (``chat``).
+Scores: ``longbench_metrics.score_prediction`` x 100 averaged per task (LongBench
 ``scorer``: ``round(100 * mean, 2)``), then per category and over categories.
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import longbench_spec as spec
+from megatron_endprompt.evaluation.chat import LONGBENCH_NO_CHAT, chat_ids
 from megatron_endprompt.evaluation.local_jsonl import read_items
 from megatron_endprompt.evaluation.longbench_metrics import score_prediction
 from megatron_endprompt.evaluation.runner import greedy_generate, model_eos_ids, pad_id
@@ -54,9 +57,11 @@ def load_task(root: str, task: str, limit: int = 0) -> list[dict[str, Any]]:
 
 
 def build_prompt(task: str, item: dict[str, Any], tokenizer: Any,
-                 max_length: int) -> list[int]:
+                 max_length: int, *, chat: bool = False) -> list[int]:
     """Input ids of one item: LongBench's template, middle-truncated to ``max_length`` tokens
-    (``pred.py``). Returns a list of ids (BOS first where the tokenizer adds one)."""
+    (``pred.py``), then, with ``chat``, wrapped in the chat template unless ``task`` is one of
+    LongBench's unwrapped six. Returns a list of ids (BOS first where the tokenizer adds
+    one)."""
     prompt = spec.prompt_template(task).format(**item)
     ids = tokenizer(prompt, add_special_tokens=True, verbose=False)["input_ids"]
     if len(ids) > max_length:
@@ -64,11 +69,14 @@ def build_prompt(task: str, item: dict[str, Any], tokenizer: Any,
         prompt = (tokenizer.decode(ids[:half], skip_special_tokens=True)
                   + tokenizer.decode(ids[-half:], skip_special_tokens=True))
         ids = tokenizer(prompt, add_special_tokens=True, verbose=False)["input_ids"]
+    if chat and task not in LONGBENCH_NO_CHAT:
+        return chat_ids(tokenizer, prompt)
     return list(ids)
 
 
 def run_longbench(model: Any, tokenizer: Any, root: str, *, length: int, limit: int = 0,
-                  batch_size: int = 1, progress: Any = None) -> dict[str, Any]:
+                  batch_size: int = 1, progress: Any = None,
+                  chat: bool = False) -> dict[str, Any]:
     """Every English task found in ``root`` at context ``length`` (prompts cut to
     ``length - 500`` tokens, LongBench's ``model2maxlen`` margin); returns :func:`summarize`'s
     dict with the per-sample predictions under ``samples``."""
@@ -91,7 +99,8 @@ def run_longbench(model: Any, tokenizer: Any, root: str, *, length: int, limit: 
         recs = []
         for b in range(0, len(items), batch_size):
             batch = items[b:b + batch_size]
-            prompts = [build_prompt(task, it, tokenizer, max_length) for it in batch]
+            prompts = [build_prompt(task, it, tokenizer, max_length, chat=chat)
+                       for it in batch]
             outs = greedy_generate(model, prompts, max_new_tokens=budget, pad_id=pad,
                                    eos_ids=stop, min_new_tokens=1 if task == "samsum" else 0)
             for it, ids, out in zip(batch, prompts, outs, strict=True):
@@ -106,7 +115,7 @@ def run_longbench(model: Any, tokenizer: Any, root: str, *, length: int, limit: 
         per_task[task] = recs
     out = summarize({t: [r["score"] for r in rs] for t, rs in per_task.items()})
     out.update({"dir": root, "length": length, "max_prompt_tokens": max_length,
-                "samples": per_task})
+                "chat_template": "model" if chat else "none", "samples": per_task})
     return out
 
 

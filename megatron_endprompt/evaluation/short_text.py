@@ -104,7 +104,7 @@ def task_yaml(bench: str, root: str) -> tuple[str, int]:
 
 
 def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, length: int,
-             batch_size: int, limit: int, seed: int) -> dict[str, Any]:
+             batch_size: int, limit: int, seed: int, chat: bool) -> dict[str, Any]:
     try:
         import lm_eval
         from lm_eval.models.huggingface import HFLM
@@ -136,7 +136,7 @@ def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, lengt
             model=lm, tasks=[names[b] for b in benches],
             task_manager=TaskManager(include_path=inc), limit=limit or None,
             random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-            fewshot_random_seed=seed)
+            fewshot_random_seed=seed, apply_chat_template=chat)
     results = (out or {}).get("results", {})
     table = {}
     for b in benches:
@@ -163,7 +163,8 @@ def average(table: dict[str, Any]) -> float | None:
 
 
 def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_size: int = 1,
-                   limit: int = 0, seed: int = 42, progress: Any = None) -> dict[str, Any]:
+                   limit: int = 0, seed: int = 42, progress: Any = None,
+                   chat: bool = False) -> dict[str, Any]:
     """Every benchmark whose file is in ``root``; ``{"benchmarks": {name: {"score", ...}},
     "average", "missing", "complete"}``."""
     if not os.path.isdir(root):
@@ -176,14 +177,15 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
     via_lm_eval = [b for b in have if b != "humaneval"]
     if via_lm_eval:
         table.update(_lm_eval(model, tokenizer, root, via_lm_eval, length=length,
-                              batch_size=batch_size, limit=limit, seed=seed))
+                              batch_size=batch_size, limit=limit, seed=seed, chat=chat))
     if "humaneval" in have:
         he = run_humaneval(model, tokenizer, os.path.join(root, FILES["humaneval"][0]),
-                           length=length, limit=limit, progress=progress)
+                           length=length, limit=limit, progress=progress, chat=chat)
         table["humaneval"] = {"score": he["pass@1"], "metric": "pass@1", "num_fewshot": 0,
                               **{k: he[k] for k in ("passed", "problems", "samples",
                                                     "sandbox")}, "source": "native"}
     ordered = {b: table[b] for b in BENCHMARKS if b in table}
     missing = [b for b in BENCHMARKS if b not in table]
     return {"dir": root, "benchmarks": ordered, "average": average(ordered),
-            "missing": missing, "complete": not missing}
+            "missing": missing, "complete": not missing,
+            "chat_template": "model" if chat else "none"}

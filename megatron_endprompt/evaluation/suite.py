@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.evaluation import bench_stage
+from megatron_endprompt.evaluation import bench_stage, chat
 from megatron_endprompt.evaluation import legacy_tasks as old
 from megatron_endprompt.evaluation import passkey, perplexity, report, ruler, ruler_sources, runner
 from megatron_endprompt.evaluation.prompt import PromptSample, TextTokens
@@ -29,7 +29,7 @@ from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, make_qa_samples
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
-           "LEGACY_TASKS", "MAX_LENGTH_FACTOR", "check_writable"]
+           "LEGACY_TASKS", "MAX_LENGTH_FACTOR", "check_chat_setting", "check_writable"]
 
 #: Longest evaluation length, in multiples of the model's ``max_position_embeddings``: the
 #: paper's longest evaluation is 8x a window (8K base models at 64K); 16x leaves one doubling
@@ -160,6 +160,15 @@ class EvalConfig:
                                 "--device cpu")
 
 
+def check_chat_setting(cfg: EvalConfig, tokenizer: Any, log: Callable[[str], None]) -> None:
+    """``--chat-template model`` needs a template; ``none`` on a tokenizer that has one warns."""
+    if cfg.chat_template == "model" and not chat.has_chat_template(tokenizer):
+        raise UserError(f"--chat-template model: the tokenizer in {cfg.hf_dir} has no chat "
+                        "template (a base model); drop the flag or use --chat-template none")
+    if cfg.chat_template == "none" and chat.has_chat_template(tokenizer):
+        log(chat.warning(cfg.hf_dir))
+
+
 def resolve_tasks(text: str) -> list[str]:
     """Comma list of task names and groups -> task names (groups expanded, order kept)."""
     out: list[str] = []
@@ -270,6 +279,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     tokenizer = runner.load_tokenizer(cfg.hf_dir)
+    check_chat_setting(cfg, tokenizer, log)
     text_tokens = TextTokens(tokenizer)
     gen_tasks = [t for t in cfg.tasks if t != "ppl"]
     haystack = None
