@@ -17,13 +17,18 @@ passkey prompts stay base (RULER's ``base`` template, as for the paper's base mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MODES", "LONGBENCH_NO_CHAT", "has_chat_template", "chat_ids", "warning"]
+from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.longbench_spec import NO_CHAT_TASKS
+
+__all__ = ["MODES", "LONGBENCH_NO_CHAT", "has_chat_template", "chat_ids", "warning",
+           "check_setting"]
 
 MODES = ("none", "model")
 #: LongBench ``pred.py``: tasks whose prompt is not wrapped for chat models.
-LONGBENCH_NO_CHAT = ("trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p")
+LONGBENCH_NO_CHAT = NO_CHAT_TASKS
 
 
 def has_chat_template(tokenizer: Any) -> bool:
@@ -44,3 +49,13 @@ def warning(hf_dir: str) -> str:
     return (f"warning: the tokenizer in {hf_dir} ships a chat template (an instruct model?); "
             "prompts go in without it (--chat-template none); give --chat-template model to "
             "wrap LongBench, short-text and lm-eval prompts in it")
+
+
+def check_setting(mode: str, hf_dir: str, tokenizer: Any, log: Callable[[str], None]) -> None:
+    """``--chat-template model`` needs a template (``UserError``); ``none`` on a tokenizer that
+    has one logs :func:`warning`."""
+    if mode == "model" and not has_chat_template(tokenizer):
+        raise UserError(f"--chat-template model: the tokenizer in {hf_dir} has no chat "
+                        "template (a base model); drop the flag or use --chat-template none")
+    if mode == "none" and has_chat_template(tokenizer):
+        log(warning(hf_dir))

@@ -83,6 +83,8 @@ def longbench_reasons(results: dict[str, Any]) -> list[str]:
     comparable."""
     lb, meta = results["longbench"], results.get("meta", {})
     out = []
+    if lb.get("e"):
+        out.append("LongBench-E (--longbench-e), not LongBench")
     if lb.get("missing"):
         out.append(f"missing tasks {', '.join(lb['missing'])}")
     out += _limit_reason(meta, "each task")

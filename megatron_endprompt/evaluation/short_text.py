@@ -29,6 +29,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.humaneval import run_humaneval
+from megatron_endprompt.evaluation.lm_eval_results import sample_records
 from megatron_endprompt.evaluation.mmlu_tasks import MMLU_SHOTS, write_mmlu_tasks
 
 __all__ = ["BENCHMARKS", "FILES", "task_yaml", "run_short_text", "average"]
@@ -104,7 +105,8 @@ def task_yaml(bench: str, root: str) -> tuple[str, int]:
 
 
 def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, length: int,
-             batch_size: int, limit: int, seed: int, chat: bool) -> dict[str, Any]:
+             batch_size: int, limit: int, seed: int,
+             chat: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         import lm_eval
         from lm_eval.models.huggingface import HFLM
@@ -153,7 +155,7 @@ def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, lengt
             table[b]["num_fewshot_by_subject"] = shots["mmlu_by_subject"]
             table[b]["aggregation"] = ("lm-eval's: acc over every question (subjects "
                                        "weighted by size)")
-    return table
+    return table, sample_records(out or {})
 
 
 def average(table: dict[str, Any]) -> float | None:
@@ -166,7 +168,8 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
                    limit: int = 0, seed: int = 42, progress: Any = None,
                    chat: bool = False) -> dict[str, Any]:
     """Every benchmark whose file is in ``root``; ``{"benchmarks": {name: {"score", ...}},
-    "average", "missing", "complete"}``."""
+    "average", "missing", "complete", "chat_template", "lm_eval_samples"}`` (the last: lm-eval's
+    per-sample log, ``lm_eval_results.sample_records``, for ``--save-prompts``)."""
     if not os.path.isdir(root):
         raise UserError(f"--short-text-dir {root}: no such directory")
     have = [b for b in BENCHMARKS if os.path.isfile(os.path.join(root, FILES[b][0]))]
@@ -175,9 +178,11 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
                         f"{', '.join(FILES[b][0] for b in BENCHMARKS)}")
     table: dict[str, Any] = {}
     via_lm_eval = [b for b in have if b != "humaneval"]
+    samples: list[dict[str, Any]] = []
     if via_lm_eval:
-        table.update(_lm_eval(model, tokenizer, root, via_lm_eval, length=length,
-                              batch_size=batch_size, limit=limit, seed=seed, chat=chat))
+        got, samples = _lm_eval(model, tokenizer, root, via_lm_eval, length=length,
+                                batch_size=batch_size, limit=limit, seed=seed, chat=chat)
+        table.update(got)
     if "humaneval" in have:
         he = run_humaneval(model, tokenizer, os.path.join(root, FILES["humaneval"][0]),
                            length=length, limit=limit, progress=progress, chat=chat)
@@ -188,4 +193,4 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
     missing = [b for b in BENCHMARKS if b not in table]
     return {"dir": root, "benchmarks": ordered, "average": average(ordered),
             "missing": missing, "complete": not missing,
-            "chat_template": "model" if chat else "none"}
+            "chat_template": "model" if chat else "none", "lm_eval_samples": samples}

@@ -29,7 +29,7 @@ from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, make_qa_samples
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
-           "LEGACY_TASKS", "MAX_LENGTH_FACTOR", "check_chat_setting", "check_writable"]
+           "LEGACY_TASKS", "MAX_LENGTH_FACTOR", "check_writable"]
 
 #: Longest evaluation length, in multiples of the model's ``max_position_embeddings``: the
 #: paper's longest evaluation is 8x a window (8K base models at 64K); 16x leaves one doubling
@@ -99,6 +99,10 @@ class EvalConfig:
     """MMLU / GSM8K / HellaSwag / HumanEval JSONL folder (``short_text``): runs them."""
     bench_limit: int = 0
     """At most N items per LongBench task / short-text benchmark (0 = all)."""
+    longbench_lengths: list[int] = field(default_factory=list)
+    """LongBench contexts (empty: the largest length); the paper table shows the largest."""
+    longbench_e: bool = False
+    """LongBench-E (``{task}_e.jsonl``, scores per length bucket) instead of LongBench."""
     chat_template: str = "none"
     """``none`` (prompts as base models get them) or ``model`` (the tokenizer's chat template
     for LongBench, short-text and ``--backend lm-eval``; RULER and passkey stay base)."""
@@ -136,6 +140,8 @@ class EvalConfig:
                            ("--short-text-dir", self.short_text_dir)):
             if path is not None and not os.path.isdir(path):
                 raise UserError(f"{flag} {path}: no such directory")
+        if (self.longbench_lengths or self.longbench_e) and not self.longbench_dir:
+            raise UserError("--longbench-lengths / --longbench-e need --longbench-dir DIR")
         if not self.tasks and not (self.longbench_dir or self.short_text_dir):
             raise UserError("--tasks none: give --longbench-dir or --short-text-dir, or tasks")
         if "ppl" in self.tasks and not self.ppl_data:
@@ -158,15 +164,6 @@ class EvalConfig:
             if not torch.cuda.is_available():
                 raise UserError(f"--device {self.device}: CUDA is not available here; use "
                                 "--device cpu")
-
-
-def check_chat_setting(cfg: EvalConfig, tokenizer: Any, log: Callable[[str], None]) -> None:
-    """``--chat-template model`` needs a template; ``none`` on a tokenizer that has one warns."""
-    if cfg.chat_template == "model" and not chat.has_chat_template(tokenizer):
-        raise UserError(f"--chat-template model: the tokenizer in {cfg.hf_dir} has no chat "
-                        "template (a base model); drop the flag or use --chat-template none")
-    if cfg.chat_template == "none" and chat.has_chat_template(tokenizer):
-        log(chat.warning(cfg.hf_dir))
 
 
 def resolve_tasks(text: str) -> list[str]:
@@ -279,7 +276,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     tokenizer = runner.load_tokenizer(cfg.hf_dir)
-    check_chat_setting(cfg, tokenizer, log)
+    chat.check_setting(cfg.chat_template, cfg.hf_dir, tokenizer, log)
     text_tokens = TextTokens(tokenizer)
     gen_tasks = [t for t in cfg.tasks if t != "ppl"]
     haystack = None
@@ -354,7 +351,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                     report.write_tables(results, cfg.output)
             if docs is not None:
                 _run_ppl(cfg, model, tokenizer, texts or [], docs, results, bar, start)
-            bench_stage.run(cfg, model, tokenizer, results, bar, start)
+            bench_stage.run(cfg, model, tokenizer, results, bar, start, prompts_file)
     finally:
         if prompts_file is not None:
             prompts_file.close()

@@ -116,6 +116,12 @@ def test_short_text_through_lm_eval(model_tok):
     assert list(res["benchmarks"]) == ["mmlu", "gsm8k", "hellaswag", "humaneval"]
     b = res["benchmarks"]
     assert b["mmlu"]["num_fewshot"] == 2 and b["gsm8k"]["num_fewshot"] == 1
+    # lm-eval's per-sample log (for --save-prompts): MMLU prompts carry the subject line
+    mmlu = [r for r in res["lm_eval_samples"] if r["task"].startswith("endprompt_mmlu")]
+    assert len(mmlu) == 2 and all(r["prompt"].startswith(
+        "The following are multiple choice questions (with answers) about made up.\n\n")
+        for r in mmlu)
+    assert all(r["continuations"] == [" A", " B", " C", " D"] for r in mmlu)
     for name, key in (("mmlu", "acc,none"), ("gsm8k", "exact_match,strict-match"),
                       ("hellaswag", "acc_norm,none")):
         assert b[name]["lm_eval_metrics"]["sample_len"] == 2  # lm-eval read the local file

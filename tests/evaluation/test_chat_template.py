@@ -13,7 +13,7 @@ import pytest
 
 from conftest import build_tokenizer
 from megatron_endprompt.cli import eval as eval_cli
-from megatron_endprompt.evaluation import chat, longbench, longbench_spec, runner, suite
+from megatron_endprompt.evaluation import chat, longbench, longbench_spec, runner
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "longbench")
 #: LongBench pred.py build_chat for "llama2": f"[INST]{prompt}[/INST]" (the tokenizer adds
@@ -53,12 +53,11 @@ def test_longbench_chat_prompt_is_pred_py(chat_tok, task):
 
 def test_warning_and_refusal(chat_tok, tiny_model_dir, tmp_path, run_tool, monkeypatch):
     logged = []
-    cfg = suite.EvalConfig(hf_dir="m", output="o.json", lengths=[1024])
-    suite.check_chat_setting(cfg, chat_tok, logged.append)
+    chat.check_setting("none", "m", chat_tok, logged.append)
     assert logged == [chat.warning("m")] and "--chat-template model" in logged[0]
     plain = build_tokenizer("bytelevel")
     logged.clear()
-    suite.check_chat_setting(cfg, plain, logged.append)
+    chat.check_setting("none", "m", plain, logged.append)
     assert logged == []
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     rc, _, err = run_tool(eval_cli.main, [
