@@ -82,14 +82,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--longbench-dir", default=None,
                    help="LongBench's data/ folder ({task}.jsonl): runs its English tasks at "
                         "the largest --lengths (use --tasks none for LongBench alone)")
+    p.add_argument("--longbench-lengths", default=None,
+                   help="contexts to run LongBench at, e.g. 4k,8k,32k (default: the largest "
+                        "--lengths); the largest is the one beside the paper's number")
+    p.add_argument("--longbench-e", action="store_true",
+                   help="LongBench-E instead (pred.py --e: {task}_e.jsonl files, scores per "
+                        "length bucket 0-4k / 4-8k / 8k+ as eval.py's scorer_e)")
     p.add_argument("--short-text-dir", default=None,
                    help="folder of mmlu_test/gsm8k_test/hellaswag_validation/humaneval .jsonl "
                         "(+ mmlu_dev, gsm8k_train for few-shot): short-text retention")
     p.add_argument("--bench-limit", type=int, default=0,
                    help="at most N items per LongBench task / short-text benchmark (0 = all)")
+    p.add_argument("--chat-template", choices=("none", "model"), default="none",
+                   help="none (prompts as base models get them; a warning when the tokenizer "
+                        "ships a chat template) or model (wrap LongBench prompts by LongBench's "
+                        "chat rule, short-text and --backend lm-eval prompts with lm-eval's "
+                        "apply_chat_template, in the tokenizer's template; RULER and passkey "
+                        "stay base)")
     p.add_argument("--save-prompts", default=None,
                    help="JSONL: one line per prompt (task, length, prompt, answer, output, "
-                        "score)")
+                        "score); with lm-eval (--backend lm-eval, short-text MMLU/GSM8K/"
+                        "HellaSwag) lm-eval's per-sample log: prompt, target, output, metrics")
     p.add_argument("--output", required=True, help="FILE.json; FILE.md and FILE_*.png go "
                                                    "beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -143,7 +156,7 @@ def _device(name: str | None) -> str:
 
 
 #: Flags only the native backend reads (refused with --backend lm-eval, not ignored).
-NATIVE_ONLY = ("depths", "num_depths", "ppl_data", "save_prompts", "attn_implementation")
+NATIVE_ONLY = ("depths", "num_depths", "ppl_data", "attn_implementation")
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -171,7 +184,10 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         progress=not args.no_progress, backend=args.backend,
         lm_eval_include=list(args.lm_eval_include), qa_dir=args.qa_dir,
         longbench_dir=args.longbench_dir, short_text_dir=args.short_text_dir,
-        bench_limit=args.bench_limit)
+        bench_limit=args.bench_limit, chat_template=args.chat_template,
+        longbench_lengths=(parse_lengths(args.longbench_lengths) if args.longbench_lengths
+                           else []),
+        longbench_e=args.longbench_e)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,17 @@
 
 Protocol as lm-eval 0.4.13's ``humaneval`` task (``lm_eval/tasks/humaneval/humaneval.yaml``):
 prompt = the item's ``prompt``; greedy, at most 1024 new tokens (fewer when the context is
-shorter), cut at the first of ``"\\nclass"``, ``"\\ndef"``, ``"\\n#"``, ``"\\nif"``,
-``"\\nprint"``; program = ``prompt + completion`` then ``test`` then ``check(entry_point)``
+shorter), generation stopped at the first of ``"\\nclass"``, ``"\\ndef"``, ``"\\n#"``,
+``"\\nif"``, ``"\\nprint"`` (lm-eval's ``until``: a stop criterion during generation) and
+the text cut there; program = ``prompt + completion`` then ``test`` then ``check(entry_point)``
 (the HumanEval/``code_eval`` check). lm-eval scores it with HF ``evaluate``'s ``code_eval``,
-which is a hub download; we execute the programs ourselves. Input: a JSONL file in HumanEval's
+which is a hub download; we execute the programs ourselves, judged as openai/human-eval's
+``execution.check_correctness`` judges them: the program is ``exec``'d with fresh globals and
+passes only when ``exec`` returns; a ``SystemExit`` (``sys.exit(0)``, ``exit()``) or any other
+exception fails it ("failed: ..."), and a process that ends before ``exec`` returns
+(``os._exit(0)``) fails it too (human-eval: no result, "timed out"; here: "failed: exited
+before the tests finished"). Exit status 0 alone is not a pass: the runner writes a random
+marker after ``exec`` returns and the pass needs that marker. Input: a JSONL file in HumanEval's
 format (``task_id``, ``prompt``, ``canonical_solution``, ``test``, ``entry_point``).
 
 The sandbox (:func:`run_program`) is a separate ``python -I`` process (isolated mode: no user
@@ -20,6 +27,7 @@ blocks sockets); only run model output you would run yourself, on a machine with
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -27,6 +35,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import runner
+from megatron_endprompt.evaluation.chat import chat_ids
 from megatron_endprompt.evaluation.local_jsonl import read_items
 
 __all__ = ["STOP", "load_problems", "truncate_completion", "program", "run_program",
@@ -66,27 +75,47 @@ def _limits(cpu_seconds: int) -> None:  # runs in the child before exec
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+_RUNNER = """import sys
+try:
+    exec(compile({source!r}, "<humaneval>", "exec"), {{}})
+except BaseException as exc:
+    sys.stderr.write("failed: " + (type(exc).__name__ + ": " + str(exc)).strip() + "\\n")
+    sys.stderr.flush()
+    sys.exit(1)
+sys.stdout.write("\\n{marker}")
+sys.stdout.flush()
+"""
+
+
 def run_program(source: str, *, timeout: float = 10.0) -> dict[str, Any]:
-    """Run ``source`` in the sandbox (module docstring); ``{"passed": exit status 0,
-    "result": "passed" | "timed out" | "failed: <last stderr line>"}``."""
+    """Run ``source`` in the sandbox (module docstring) as human-eval does (``exec`` with fresh
+    globals); ``{"passed": exec returned, "result": "passed" | "timed out" | "failed: ..."}``."""
+    marker = "humaneval-passed-" + secrets.token_hex(16)
+    runner_source = _RUNNER.format(source=source, marker=marker)
     with tempfile.TemporaryDirectory(prefix="humaneval_") as cwd:
         try:
-            done = subprocess.run([sys.executable, "-I", "-c", source], cwd=cwd, env={},
+            done = subprocess.run([sys.executable, "-I", "-c", runner_source], cwd=cwd, env={},
                                   stdin=subprocess.DEVNULL, capture_output=True,
                                   timeout=timeout,
                                   preexec_fn=lambda: _limits(int(timeout) + 1))
         except subprocess.TimeoutExpired:
             return {"passed": False, "result": "timed out"}
-    if done.returncode == 0:
+    if done.returncode == 0 and done.stdout.endswith(marker.encode()):
         return {"passed": True, "result": "passed"}
     err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    if err and err[-1].startswith("failed: "):
+        return {"passed": False, "result": err[-1]}
+    if done.returncode == 0:
+        return {"passed": False, "result": "failed: exited before the tests finished"}
     return {"passed": False, "result": "failed: " + (err[-1] if err else
                                                      f"exit {done.returncode}")}
 
 
 def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: int = 0,
-                  timeout: float = 10.0, progress: Any = None) -> dict[str, Any]:
-    """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``."""
+                  timeout: float = 10.0, progress: Any = None,
+                  chat: bool = False) -> dict[str, Any]:
+    """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``.
+    ``chat``: the prompt goes in as one user turn of the chat template (``chat.chat_ids``)."""
     problems = load_problems(path, limit)
     pad, eos = runner.pad_id(tokenizer), runner.model_eos_ids(model, tokenizer)
     if progress is not None:
@@ -94,15 +123,18 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
         progress.set_description("humaneval")
     recs = []
     for p in problems:
-        ids = tokenizer(p["prompt"], add_special_tokens=True, verbose=False)["input_ids"]
+        ids = (chat_ids(tokenizer, p["prompt"]) if chat else
+               tokenizer(p["prompt"], add_special_tokens=True, verbose=False)["input_ids"])
         budget = min(MAX_GEN_TOKS, length - len(ids))
         if budget < 1:
             raise UserError(f"--lengths {length}: HumanEval {p['task_id']} has a "
                             f"{len(ids)}-token prompt; use a longer length")
-        out = runner.greedy_generate(model, [ids], max_new_tokens=budget, pad_id=pad, eos_ids=eos)[0]
+        out = runner.greedy_generate(model, [ids], max_new_tokens=budget, pad_id=pad,
+                                     eos_ids=eos, stop_strings=STOP, tokenizer=tokenizer)[0]
         completion = truncate_completion(tokenizer.decode(out, skip_special_tokens=True))
         res = run_program(program(p, completion), timeout=timeout)
-        recs.append({"task_id": p["task_id"], "completion": completion, **res})
+        recs.append({"task_id": p["task_id"], "completion": completion,
+                     "generated_tokens": len(out), **res})
         if progress is not None:
             progress.update(1)
     passed = sum(r["passed"] for r in recs)

@@ -18,15 +18,18 @@ dataset. Results are read by :mod:`.lm_eval_results`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 import time
 from typing import Any
 
+from megatron_endprompt.disk import write_text
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation import report
-from megatron_endprompt.evaluation import runner
-from megatron_endprompt.evaluation.lm_eval_results import read_results
+from megatron_endprompt.evaluation import chat, runner
+from megatron_endprompt.evaluation.lm_eval_results import read_results, sample_records
 from megatron_endprompt.evaluation.results_io import check_writable
 from megatron_endprompt.evaluation.suite import EvalConfig, model_meta
 
@@ -143,12 +146,16 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     paths = report.output_paths(cfg.output)
     # a probe only: write_tables creates the directory when there are results to write
     check_writable(paths["json"], flag="--output", create=False)
+    if cfg.save_prompts:
+        check_writable(cfg.save_prompts, flag="--save-prompts", create=False)
     try:
         import lm_eval
     except ImportError:
         raise UserError("--backend lm-eval needs lm-evaluation-harness: pip install "
                         "'megatron-endprompt[lm-eval]' (lm-eval[hf,ruler])") from None
-    runner.load_tokenizer(cfg.hf_dir)  # one line for missing tokenizer files, not lm-eval's
+    tokenizer = runner.load_tokenizer(cfg.hf_dir)  # one line for missing files, not lm-eval's
+    chat.check_setting(cfg.chat_template, cfg.hf_dir, tokenizer,
+                       lambda m: print(m, file=sys.stderr))
     meta = model_meta(cfg.hf_dir)
     tm, objects, picks, leaves = _load(cfg)
     start = time.time()
@@ -158,7 +165,8 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
                     "max_length": max(cfg.lengths)},
         tasks=objects, task_manager=tm, samples=picks or None, batch_size=cfg.batch_size,
         device=cfg.device, random_seed=cfg.seed, numpy_random_seed=cfg.seed,
-        torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed)
+        torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+        apply_chat_template=cfg.chat_template == "model", log_samples=bool(cfg.save_prompts))
     if not out or "results" not in out:
         raise UserError("--backend lm-eval: lm-eval returned no results (is the model "
                         "directory readable?)")
@@ -167,8 +175,14 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
         "lm_eval_include": cfg.lm_eval_include, "lengths": cfg.lengths,
         "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
         "backend": "lm-eval", "lm_eval_version": getattr(lm_eval, "__version__", None),
-        **meta}}
+        "chat_template": cfg.chat_template,
+        "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}
     results.update(read_results(out, leaves=leaves, lengths=cfg.lengths))
     results["meta"]["elapsed_s"] = round(time.time() - start, 2)
     results["written"] = report.write_tables(results, cfg.output)
+    if cfg.save_prompts:
+        check_writable(cfg.save_prompts, flag="--save-prompts")
+        write_text(cfg.save_prompts, "".join(json.dumps(r, default=str) + "\n"
+                                             for r in sample_records(out)))
+        results["written"].append(cfg.save_prompts)
     return results

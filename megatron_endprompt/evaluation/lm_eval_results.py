@@ -15,7 +15,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["RULER_TASKS", "read_metrics", "read_results", "metrics_markdown"]
+__all__ = ["RULER_TASKS", "read_metrics", "read_results", "metrics_markdown", "sample_records"]
 
 #: lm-eval 0.4.13's 13 RULER tasks (group ``ruler``, ``tasks/ruler/ruler.yaml``).
 RULER_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
@@ -118,3 +118,25 @@ def metrics_markdown(results: dict[str, Any]) -> str:
     if not rows:
         return ""
     return "\n".join(["| task | metric | value | stderr |", "|---|---|---|---|", *rows]) + "\n"
+
+
+def sample_records(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """lm-eval's per-sample log (``simple_evaluate(log_samples=True)``: ``out["samples"]``) as
+    one flat record per document: ``task``, ``doc_id``, ``prompt`` (the context the model got,
+    shots and chat template included), ``continuations`` (multiple choice: the choices scored),
+    ``target``, ``output`` (the filtered responses: generated text, or per-choice
+    ``[loglikelihood, is_greedy]``), ``filter`` and the document's metric values. An empty
+    output can then be told from a wrong one."""
+    records = []
+    for task, examples in (out.get("samples") or {}).items():
+        for ex in examples:
+            args = ex.get("arguments") or []
+            first = args[0] if args else ()
+            rec = {"task": task, "doc_id": ex.get("doc_id"),
+                   "prompt": first[0] if first else None, "target": ex.get("target"),
+                   "output": ex.get("filtered_resps"), "filter": ex.get("filter")}
+            if len(args) > 1 and all(len(a) == 2 and isinstance(a[1], str) for a in args):
+                rec["continuations"] = [a[1] for a in args]
+            rec.update({m: ex.get(m) for m in ex.get("metrics", [])})
+            records.append(rec)
+    return records

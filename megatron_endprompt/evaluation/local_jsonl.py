@@ -1,6 +1,7 @@
 """Items of a local benchmark JSONL file (LongBench, HumanEval, ...), read the one way: blank
 lines skipped, every line a JSON object with the benchmark's fields, the first ``limit`` kept,
-and every defect one :class:`UserError` naming the flag, the file and the line."""
+and every defect (not UTF-8, not JSON, a field missing) one :class:`UserError` naming the flag,
+the file and the line."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ def read_items(path: str, *, fields: Sequence[str], flag: str, benchmark: str, n
     """The items of ``path``. ``extra_check(item)`` returns a field description to refuse the
     line with (e.g. ``"answers (a list)"``), or ``None``."""
     items: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{flag}: {path} line {n} is not UTF-8 text (byte "
+                                f"{exc.start}: {exc.reason}); save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:

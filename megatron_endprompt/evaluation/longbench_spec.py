@@ -19,7 +19,7 @@ import os
 from functools import lru_cache
 
 __all__ = ["CATEGORIES", "TASKS", "CHINESE_TASKS", "prompt_template", "max_new_tokens",
-           "NO_CHAT_TASKS", "TRUNCATION_MARGIN"]
+           "NO_CHAT_TASKS", "TRUNCATION_MARGIN", "E_TASKS", "E_BUCKETS"]
 
 _CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets",
                        "longbench_config.json")
@@ -35,9 +35,17 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 }
 TASKS: tuple[str, ...] = tuple(t for ts in CATEGORIES.values() for t in ts)
 CHINESE_TASKS = ("multifieldqa_zh", "dureader", "vcsum", "lsht", "passage_retrieval_zh")
-#: LongBench ``pred.py``: tasks that never get a chat template (we use none for any task: base
-#: models, as RULER's ``base`` template).
+#: LongBench ``pred.py``: tasks that never get a chat template, even for chat models
+#: (``chat``; base models get none for any task).
 NO_CHAT_TASKS = ("trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p")
+#: LongBench-E (``pred.py --e``): its English tasks, read from ``{task}_e.jsonl``.
+E_TASKS: tuple[str, ...] = ("qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report",
+                            "multi_news", "trec", "triviaqa", "samsum", "passage_count",
+                            "passage_retrieval_en", "lcc", "repobench-p")
+#: LongBench ``eval.py`` ``scorer_e``: buckets by the item's ``length`` field (< 4000, < 8000,
+#: else).
+E_BUCKETS: tuple[tuple[str, float], ...] = (("0-4k", 4000), ("4-8k", 8000),
+                                            ("8k+", float("inf")))
 #: LongBench's ``model2maxlen`` leaves 500 tokens of a model's context for generation
 #: (4K -> 3500, 8K -> 7500, 16K -> 15500, 32K -> 31500); prompts are cut to ``length - 500``.
 TRUNCATION_MARGIN = 500

@@ -17,6 +17,7 @@ from megatron_endprompt.disk import write_text
 from megatron_endprompt.evaluation.lm_eval_results import metrics_markdown
 from megatron_endprompt.evaluation.paper_report import (
     RULER_13,
+    comparability,
     paper_tables,
     ruler_paper_average,
 )
@@ -234,6 +235,7 @@ def write_tables(results: dict[str, Any], json_path: str) -> list[str]:
     paths = output_paths(json_path)
     os.makedirs(os.path.dirname(os.path.abspath(paths["json"])), exist_ok=True)
     clean = finite({k: v for k, v in results.items() if k != "written"})
+    clean["paper_comparable"] = comparability(clean)
     write_text(paths["json"], json.dumps(clean, indent=2, allow_nan=False) + "\n")
     write_text(paths["md"], markdown_table(clean))
     return [paths["json"], paths["md"]]

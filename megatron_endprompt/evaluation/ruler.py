@@ -4,8 +4,13 @@ RULER (``niah.py`` ``generate_samples``, ``variable_tracking.py``
 ``sys_vartrack_w_noise_random``, ``common_words_extraction.py`` ``sys_word_pair_random``) sizes
 the haystack per task and length: estimate tokens per haystack unit from a small prompt,
 binary-search the largest unit count ``n`` (from one increment up) with ``tokens(prompt) +
-tokens_to_generate <= length``, then render each sample with ``n`` units, stepping down by
-the task's increment while a sample does not fit. ``fwe`` grows and shrinks its word count instead (``ruler_aggregate``).
+tokens_to_generate <= length``, then render each sample with ``n`` units. ``vt`` estimates the
+tokens per unit on a prompt without its in-context example (``variable_tracking.py`` counts the
+example's tokens separately), so the search's upper bound is not cut by the ~500 tokens of the
+example. Where a sample (other needles, other random names) does not fit with ``n`` units, RULER
+steps down by the whole increment (500 essay words: a sixth of a 4K prompt); we take the largest
+smaller ``n`` that fits instead (a binary search), so every prompt fills its length as far as
+its units allow. ``fwe`` grows and shrinks its word count instead (``ruler_aggregate``).
 
 We count the ids the model receives (BOS included), one more than RULER's
 ``tokenizer.tokenize`` count for a Llama tokenizer, so the guarantee holds for the real input.
@@ -51,9 +56,11 @@ def _fits(render: Render, n: int, count: Callable[[str], int], budget: int) -> b
 
 
 def fit_haystack(task: RulerTask, render: Render, count: Callable[[str], int], *,
-                 length: int) -> int:
+                 length: int, estimate: Render | None = None) -> int:
     """The largest haystack size whose prompt + ``tokens_to_generate`` fits ``length`` (RULER's
-    binary search; see the module docstring). Raises ``ValueError`` when none fits."""
+    binary search; see the module docstring). ``estimate`` renders the prompt the tokens per
+    unit are estimated on (default ``render``; ``vt``: without its in-context example). Raises
+    ``ValueError`` when none fits."""
     inc = increment(task, length)
     budget = length - task.tokens_to_generate
     if task.kind == "common_words_extraction":
@@ -61,7 +68,7 @@ def fit_haystack(task: RulerTask, render: Render, count: Callable[[str], int], *
         per_unit = count(render(probe).text) / probe
         upper = max(int(length // per_unit) * 2, inc * 2)
     else:
-        per_unit = count(render(inc).text) / inc
+        per_unit = count((estimate or render)(inc).text) / inc
         upper = max(int(length / per_unit * 3), inc * 2)
     best = _search(render, count, budget, inc, upper)
     smallest = 1
@@ -148,9 +155,13 @@ def make_ruler_samples(name: str, tokens: TextTokens, *, lengths: list[int], sam
         fit_rng = random.Random(f"{seed}:{name}:{length}:fit")
         n = None
         if task.kind != "freq_words_extraction":
+            estimate = None
+            if task.kind == "variable_tracking":  # RULER: the bound without the example
+                estimate = _renderer(task, fit_rng, seed=seed, length=length,
+                                     haystack=haystack, icl=None)
             n = fit_haystack(task, _renderer(task, fit_rng, seed=seed, length=length,
                                              haystack=haystack, icl=icl),
-                             tokens.count, length=length)
+                             tokens.count, length=length, estimate=estimate)
         else:
             _, n = fit_fwe(task, fit_rng, seed=seed, length=length, count=tokens.count)
         for index in range(samples):
@@ -170,19 +181,38 @@ def make_ruler_samples(name: str, tokens: TextTokens, *, lengths: list[int], sam
 def _sample(task: RulerTask, rng: random.Random, n: int, tokens: TextTokens, *, seed: int,
             length: int, haystack: Haystack | None,
             icl: str | None) -> tuple[Rendered, int]:
-    """One sample with ``n`` units, stepping down by the increment until it fits (RULER);
-    returns it and the units it used."""
+    """One sample with ``n`` units or, where it does not fit, the largest smaller count that
+    does (see the module docstring); returns it and the units it used. The sample's draws are
+    replayed from the same state for every count tried, so its needles and names do not depend
+    on the search."""
     if task.kind == "freq_words_extraction":
         return fit_fwe(task, rng, seed=seed, length=length, count=tokens.count, num_words=n)
+    state = rng.getstate()
+    budget = length - task.tokens_to_generate
     render = _renderer(task, rng, seed=seed, length=length, haystack=haystack, icl=icl)
-    inc, budget = increment(task, length), length - task.tokens_to_generate
-    while True:
+
+    def attempt(units: int) -> Rendered | None:
+        rng.setstate(state)
         try:
-            rendered = render(n)
-            if tokens.count(rendered.text) <= budget:
-                return rendered, n
+            rendered = render(units)
         except TooManyWords:
-            pass
-        if n <= 1 or (task.kind == "variable_tracking" and n <= inc):
-            raise ValueError(f"{task.name}: no sample fits length {length}")
-        n -= inc if n > inc else 1  # RULER steps by the increment (and hangs below it)
+            return None
+        return rendered if tokens.count(rendered.text) <= budget else None
+
+    rendered = attempt(n)
+    if rendered is not None:
+        return rendered, n
+    smallest = int(task.args["num_hops"]) + 1 if task.kind == "variable_tracking" \
+        else 1  # type: ignore[call-overload]
+    best: tuple[Rendered, int] | None = None
+    lower, upper = smallest, n - 1
+    while lower <= upper:
+        mid = (lower + upper) // 2
+        rendered = attempt(mid)
+        if rendered is not None:
+            best, lower = (rendered, mid), mid + 1
+        else:
+            upper = mid - 1
+    if best is None:
+        raise ValueError(f"{task.name}: no sample fits length {length}")
+    return best

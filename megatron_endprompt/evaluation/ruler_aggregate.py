@@ -107,24 +107,38 @@ def render_fwe(task: RulerTask, num_words: int, vocab: list[str], *, seed: int) 
 def fit_fwe(task: RulerTask, rng: random.Random, *, seed: int, length: int,
             count: Callable[[str], int], num_words: int | None = None) -> tuple[Rendered, int]:
     """RULER ``sys_kwext``: ``max_len = length - tokens_to_generate``, vocabulary
-    ``max_len // 50``; without ``num_words`` grow it from ``max_len // 6`` by ``max_len // 32``
-    until the prompt reaches ``max_len`` and step back once; with it, shrink by the same step
-    while the prompt is longer than ``max_len``. A fresh vocabulary is drawn per call.
-    Returns the prompt and the word count it used (RULER draws once more after its last check;
-    we keep the checked draw, so the prompt always fits)."""
+    ``max_len // 50``, one vocabulary drawn per call (as ``generate_input_output``); without
+    ``num_words`` grow it from ``max_len // 6`` by ``max_len // 32`` until the prompt reaches
+    ``max_len`` and step back once. RULER then only shrinks a sample's count by that step while
+    its prompt (another vocabulary: the top words' spelling moves the count by several percent)
+    is too long; we take the largest word count that fits with the sample's vocabulary (down by
+    the step until it fits, up by the step while it fits, then a binary search between), so
+    every prompt fills ``max_len`` to within a word or two. Returns the prompt and the word
+    count it used."""
     max_len = length - task.tokens_to_generate
     inc = max(1, max_len // 32)
-    vocab_size = max(4, max_len // 50)
+    vocab = fwe_vocab(rng, seed, max(4, max_len // 50))
+
+    def render(words: int) -> Rendered:
+        return render_fwe(task, words, vocab, seed=seed)
+
+    def fits(words: int) -> bool:
+        return count(render(words).text) <= max_len
+
     if num_words is None:
         num_words = max_len // 6
-        while count(render_fwe(task, num_words, fwe_vocab(rng, seed, vocab_size),
-                               seed=seed).text) < max_len:
+        while not count(render(num_words).text) >= max_len:
             num_words += inc
         num_words -= inc
-    while True:
-        out = render_fwe(task, num_words, fwe_vocab(rng, seed, vocab_size), seed=seed)
-        if count(out.text) <= max_len:
-            return out, num_words
-        if num_words <= inc:
+    lower = num_words
+    while not fits(lower):
+        if lower <= inc:
             raise ValueError(f"fwe: length {length} leaves no room for the coded text")
-        num_words -= inc
+        lower -= inc
+    upper = lower + inc
+    while fits(upper):
+        lower, upper = upper, upper + inc
+    while upper - lower > 1:  # lower fits, upper does not
+        mid = (lower + upper) // 2
+        lower, upper = (mid, upper) if fits(mid) else (lower, mid)
+    return render(lower), lower

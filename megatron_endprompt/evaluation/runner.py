@@ -50,11 +50,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                    pad_id: int, eos_ids: Sequence[int] = (),
-                    min_new_tokens: int = 0) -> list[list[int]]:
+                    pad_id: int, eos_ids: Sequence[int] = (), min_new_tokens: int = 0,
+                    stop_strings: Sequence[str] = (),
+                    tokenizer: Any = None) -> list[list[int]]:
     """Greedy continuations of a batch of prompts (token ids), left-padded with an attention
     mask. Each continuation is cut at its first EOS (excluded); ``min_new_tokens`` suppresses
-    EOS before that many tokens (LongBench's samsum)."""
+    EOS before that many tokens (LongBench's samsum). ``stop_strings`` (with ``tokenizer``) end
+    a continuation during generation once its text contains one (lm-eval's ``until``: the
+    tokens up to the one completing the string are kept; the caller cuts the text)."""
     import torch
     from transformers import GenerationConfig
 
@@ -66,15 +69,18 @@ def greedy_generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tok
         ids[i, width - len(p):] = torch.as_tensor(np.asarray(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     eos = list(eos_ids)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, do_sample=False,
-                              num_beams=1, pad_token_id=pad_id,
-                              eos_token_id=eos or None)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                              do_sample=False, num_beams=1, pad_token_id=pad_id,
+                              eos_token_id=eos or None,
+                              stop_strings=list(stop_strings) or None)
+    extra = {"tokenizer": tokenizer} if stop_strings else {}
     with torch.inference_mode():
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                             generation_config=config)
+                             generation_config=config, **extra)
     result = []
     for row in out[:, width:].tolist():
-        cut = next((k for k, t in enumerate(row) if t in eos), len(row))
+        cut = next((k for k, t in enumerate(row) if t in eos or t == pad_id and stop_strings),
+                   len(row))
         result.append(row[:cut])
     return result
 

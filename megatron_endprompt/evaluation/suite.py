@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.evaluation import bench_stage
+from megatron_endprompt.evaluation import bench_stage, chat
 from megatron_endprompt.evaluation import legacy_tasks as old
 from megatron_endprompt.evaluation import passkey, perplexity, report, ruler, ruler_sources, runner
 from megatron_endprompt.evaluation.prompt import PromptSample, TextTokens
@@ -29,8 +29,13 @@ from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, make_qa_samples
 from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS, SYNTHETIC_TASKS
 
 __all__ = ["EvalConfig", "run_eval", "resolve_tasks", "model_meta", "TASK_GROUPS", "TASK_NAMES",
-           "LEGACY_TASKS", "check_writable"]
+           "LEGACY_TASKS", "MAX_LENGTH_FACTOR", "check_writable"]
 
+#: Longest evaluation length, in multiples of the model's ``max_position_embeddings``: the
+#: paper's longest evaluation is 8x a window (8K base models at 64K); 16x leaves one doubling
+#: for extrapolation studies. Past it the positions are far from anything trained and the run
+#: (attention memory grows with the square of the length) is cost without a comparable number.
+MAX_LENGTH_FACTOR = 16
 LEGACY_TASKS = ("legacy_passkey", "legacy_niah_single", "legacy_niah_multikey",
                 "legacy_niah_multivalue", "legacy_niah_multiquery")
 TASK_GROUPS: dict[str, tuple[str, ...]] = {
@@ -94,6 +99,13 @@ class EvalConfig:
     """MMLU / GSM8K / HellaSwag / HumanEval JSONL folder (``short_text``): runs them."""
     bench_limit: int = 0
     """At most N items per LongBench task / short-text benchmark (0 = all)."""
+    longbench_lengths: list[int] = field(default_factory=list)
+    """LongBench contexts (empty: the largest length); the paper table shows the largest."""
+    longbench_e: bool = False
+    """LongBench-E (``{task}_e.jsonl``, scores per length bucket) instead of LongBench."""
+    chat_template: str = "none"
+    """``none`` (prompts as base models get them) or ``model`` (the tokenizer's chat template
+    for LongBench, short-text and ``--backend lm-eval``; RULER and passkey stay base)."""
 
     def validate(self) -> None:
         """Raise ``UserError`` naming the flag for every inconsistent choice (before anything
@@ -108,6 +120,8 @@ class EvalConfig:
                                  ("--bench-limit", self.bench_limit, 0)):
             if value < low:
                 raise UserError(f"{name} must be >= {low} (got {value})")
+        if self.chat_template not in ("none", "model"):
+            raise UserError(f"--chat-template {self.chat_template}: use none or model")
         if self.ppl_protocol not in ("document", "legacy-stream"):
             raise UserError(f"--ppl-protocol {self.ppl_protocol}: use document or "
                             "legacy-stream")
@@ -126,6 +140,8 @@ class EvalConfig:
                            ("--short-text-dir", self.short_text_dir)):
             if path is not None and not os.path.isdir(path):
                 raise UserError(f"{flag} {path}: no such directory")
+        if (self.longbench_lengths or self.longbench_e) and not self.longbench_dir:
+            raise UserError("--longbench-lengths / --longbench-e need --longbench-dir DIR")
         if not self.tasks and not (self.longbench_dir or self.short_text_dir):
             raise UserError("--tasks none: give --longbench-dir or --short-text-dir, or tasks")
         if "ppl" in self.tasks and not self.ppl_data:
@@ -248,12 +264,19 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     if cfg.save_prompts:
         check_writable(cfg.save_prompts, flag="--save-prompts", create=False)
     meta = model_meta(cfg.hf_dir)
+    mpe = meta["max_position_embeddings"]
+    over = [n for n in cfg.lengths if mpe and n > MAX_LENGTH_FACTOR * mpe]
+    if over:
+        raise UserError(f"--lengths {','.join(map(str, over))}: more than {MAX_LENGTH_FACTOR}x "
+                        f"the model's max_position_embeddings ({mpe}, so at most "
+                        f"{MAX_LENGTH_FACTOR * mpe}); give lengths up to that")
 
     import transformers
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     tokenizer = runner.load_tokenizer(cfg.hf_dir)
+    chat.check_setting(cfg.chat_template, cfg.hf_dir, tokenizer, log)
     text_tokens = TextTokens(tokenizer)
     gen_tasks = [t for t in cfg.tasks if t != "ppl"]
     haystack = None
@@ -273,7 +296,6 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                             "give longer documents")
     _check_lengths(cfg, gen_tasks, text_tokens, haystack)
     bench_stage.check_files(cfg, gen_tasks)
-    mpe = meta["max_position_embeddings"]
     long = [n for n in cfg.lengths if mpe and n > mpe]
     if long:
         log(f"warning: --lengths {','.join(map(str, long))} exceed the model's "
@@ -295,8 +317,9 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     results: dict[str, Any] = {"meta": {
         "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "depths": cfg.depths,
         "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
-        "batch_size": cfg.batch_size, "chat_template": "base (none, as RULER for base models)",
-        **meta}}
+        "batch_size": cfg.batch_size, "bench_limit": cfg.bench_limit,
+        "chat_template": cfg.chat_template,
+        "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}
     if haystack is not None:
         results["meta"]["haystack"] = {"source": haystack.source,
                                        "substitute": haystack.substitute}
@@ -328,7 +351,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
                     report.write_tables(results, cfg.output)
             if docs is not None:
                 _run_ppl(cfg, model, tokenizer, texts or [], docs, results, bar, start)
-            bench_stage.run(cfg, model, tokenizer, results, bar, start)
+            bench_stage.run(cfg, model, tokenizer, results, bar, start, prompts_file)
     finally:
         if prompts_file is not None:
             prompts_file.close()

@@ -37,9 +37,10 @@ def _training_text() -> list[str]:
     return lines
 
 
-def build_tokenizer(kind: str):
-    """A ``PreTrainedTokenizerFast`` (BPE, ~400 tokens) of flavour ``bytelevel`` or
-    ``metaspace``, with ``<s>``/``</s>`` (BOS added, as Llama) and ``<pad>``."""
+def build_tokenizer(kind: str, *, extra_text: tuple[str, ...] = (), vocab_size: int = 400):
+    """A ``PreTrainedTokenizerFast`` (BPE, ``vocab_size`` tokens) of flavour ``bytelevel`` or
+    ``metaspace``, with ``<s>``/``</s>`` (BOS added, as Llama) and ``<pad>``, trained on the
+    legacy prompts plus ``extra_text``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -54,9 +55,9 @@ def build_tokenizer(kind: str):
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
         alphabet = []
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=alphabet, show_progress=False)
-    tok.train_from_iterator(_training_text() + ["\n"], trainer=trainer)
+    tok.train_from_iterator(_training_text() + list(extra_text) + ["\n"], trainer=trainer)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", bos)])

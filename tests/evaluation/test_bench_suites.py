@@ -116,6 +116,12 @@ def test_short_text_through_lm_eval(model_tok):
     assert list(res["benchmarks"]) == ["mmlu", "gsm8k", "hellaswag", "humaneval"]
     b = res["benchmarks"]
     assert b["mmlu"]["num_fewshot"] == 2 and b["gsm8k"]["num_fewshot"] == 1
+    # lm-eval's per-sample log (for --save-prompts): MMLU prompts carry the subject line
+    mmlu = [r for r in res["lm_eval_samples"] if r["task"].startswith("endprompt_mmlu")]
+    assert len(mmlu) == 2 and all(r["prompt"].startswith(
+        "The following are multiple choice questions (with answers) about made up.\n\n")
+        for r in mmlu)
+    assert all(r["continuations"] == [" A", " B", " C", " D"] for r in mmlu)
     for name, key in (("mmlu", "acc,none"), ("gsm8k", "exact_match,strict-match"),
                       ("hellaswag", "acc_norm,none")):
         assert b[name]["lm_eval_metrics"]["sample_len"] == 2  # lm-eval read the local file
@@ -131,7 +137,8 @@ def test_paper_average_as_ruler():
     tasks["qa_2"]["scores"]["65536"] = None
     avg = paper_report.ruler_paper_average(tasks)
     assert avg["per_length"]["4096"] == 6.0 and avg["per_length"]["65536"] == 5.5
-    assert avg["average_4k_64k"] == round((6.0 * 4 + 5.5) / 5, 2) and avg["comparable"]
+    assert avg["average_4k_64k"] == round((6.0 * 4 + 5.5) / 5, 2)
+    assert not avg["missing_tasks"] and not avg["missing_lengths"]
     del tasks["qa_1"]
     assert paper_report.ruler_paper_average(tasks)["missing_tasks"] == ["qa_1"]
 
@@ -151,8 +158,10 @@ def test_cli_benchmarks_and_report(tiny_model_dir, tmp_path, run_tool):
     assert res["longbench"]["tasks"].keys() == {"passage_retrieval_en"}
     md = (tmp_path / "res.md").read_text()
     assert "### LongBench" in md and "| synthetic | passage_retrieval_en" in md
-    assert "Not comparable with the paper's 4K-64K average" in md
-    assert "Paper's LongBench average" not in md  # 1 task of 16: no paper number beside it
+    assert "Paper's 4K-64K averages: not comparable: missing tasks niah_single_1" in md
+    assert "Paper's LongBench average: not comparable: missing tasks" in md
+    assert "38.30" not in md  # 1 task of 16: no paper number beside it
+    assert not res["paper_comparable"]["longbench"]["comparable"]
 
 
 def test_cli_errors(tiny_model_dir, tmp_path, run_tool):

@@ -4,7 +4,7 @@ Prompts are spliced into the middle of the token stream, so they are tokenized w
 special tokens added (:func:`~megatron_endprompt.data.tokenize.tokenizer.encode_plain`): a Llama-3
 tokenizer would otherwise start every terminal with ``<|begin_of_text|>``.
 
-Defaults follow the paper (arXiv 2603.02302): ``--terminal-prompts`` names a built-in set or a
+Defaults follow the paper (arXiv 2605.14589): ``--terminal-prompts`` names a built-in set or a
 file. The default set ``ep1`` is EP1 alone (the paper's main result); ``ep1-3`` is the uniform
 EP1-EP3 mixture of its ablation. Their default loss weight lives with the weights
 (:class:`~megatron_endprompt.loss_weights.LossWeights`).
