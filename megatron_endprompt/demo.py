@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
+from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.errors import run_cli
 
 
@@ -154,9 +154,8 @@ def _show_datasets(args, w, spm: str) -> None:
               f"loss weights {sorted(set(np.round(s['loss_mask'].numpy(), 3).tolist()))}")
 
 
-def cli() -> None:
-    """The ``endprompt-demo`` console script: bad input is one ``error:`` line, exit 2."""
-    sys.exit(run_cli(main))
+#: the ``endprompt-demo`` console script: bad input is one ``error:`` line, exit 2
+cli = entry(main)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ def test_training_and_conversion_resolve_the_same_directory(tmp_path, monkeypatc
 
     root = _save_dir(tmp_path, 3, 12, tracker=3)
     (tmp_path / "save" / "iter_0000003" / "metadata.json").write_text("{}")
+    (tmp_path / "save" / "iter_0000003" / ".metadata").write_bytes(b"")  # a finished save
     seen = []
     monkeypatch.setattr(targs, "check_checkpoint_complete", lambda p: seen.append(p) or
                         (_ for _ in ()).throw(UserError("stop")))
