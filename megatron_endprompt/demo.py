@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_megatron_import_noise()
     from megatron_endprompt.cli import inspect, preprocess
-    from megatron_endprompt.data.synthetic import train_sentencepiece, write_corpus
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
 
     os.makedirs(args.workdir, exist_ok=True)
     w = lambda name: os.path.join(args.workdir, name)  # noqa: E731
@@ -130,7 +130,7 @@ def _show_datasets(args, w, spm: str) -> None:
         BlendedMegatronDatasetBuilder
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     tok = build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
                                         tokenizer_model=spm))

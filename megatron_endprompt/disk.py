@@ -10,7 +10,7 @@
 
 Whole output *directories* are made atomic by
 :func:`megatron_endprompt.conversion.output.atomic_output_dir`, and the ``.bin/.idx/.endprompt``
-set of a prefix by :class:`megatron_endprompt.data.atomic_output.PrefixWriter` (a journal),
+set of a prefix by :class:`megatron_endprompt.data.prepare.atomic_output.PrefixWriter` (a journal),
 both on these primitives' rules.
 """
 

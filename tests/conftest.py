@@ -25,7 +25,7 @@ def verdict_cache(tmp_path_factory, monkeypatch):
 def spm_corpus(tmp_path_factory):
     """``corpus.jsonl`` (40 documents, some shorter than one sample) and ``spm.model`` trained on
     it. Fields: ``root``, ``path``, ``model``, ``texts``."""
-    from megatron_endprompt.data.synthetic import train_sentencepiece, write_corpus
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
 
     root = tmp_path_factory.mktemp("spm_corpus")
     path = write_corpus(str(root / "corpus.jsonl"), num_docs=40, seed=0,
@@ -39,7 +39,7 @@ def spm_corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spm_tokenizer(spm_corpus):
     """The Megatron-Core tokenizer of ``spm_corpus.model`` (as preprocessing builds it)."""
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     return build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
                                          tokenizer_model=spm_corpus.model))
@@ -119,8 +119,8 @@ def llama3_tokenizer_dir(spm_corpus):
     """A Llama-3-like Hugging Face tokenizer directory (byte-level BPE trained on
     ``spm_corpus`` in ~20 ms; ``<|begin_of_text|>`` added before every text; base model:
     ``eos_token`` ``<|end_of_text|>``), loadable by ``AutoTokenizer`` and by Megatron's
-    ``HuggingFaceTokenizer``. See :func:`megatron_endprompt.data.synthetic.build_llama3_like_tokenizer`."""
-    from megatron_endprompt.data.synthetic import build_llama3_like_tokenizer
+    ``HuggingFaceTokenizer``. See :func:`megatron_endprompt.data.prepare.synthetic.build_llama3_like_tokenizer`."""
+    from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer
 
     return build_llama3_like_tokenizer(spm_corpus.texts, str(spm_corpus.root / "llama3_tok"))
 
@@ -129,7 +129,7 @@ def llama3_tokenizer_dir(spm_corpus):
 def llama3_tokenizer(llama3_tokenizer_dir):
     """Megatron-Core's ``HuggingFaceTokenizer`` of ``llama3_tokenizer_dir`` (as preprocessing
     and training build it)."""
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     return build_tokenizer(TokenizerSpec(tokenizer_type="HuggingFaceTokenizer",
                                          tokenizer_model=llama3_tokenizer_dir))

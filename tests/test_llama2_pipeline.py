@@ -2,7 +2,7 @@
 preprocess with prompt terminals -> Megatron's ``pretrain`` (a tiny MHA Llama-2-shaped model,
 one CPU launch) -> ``megatron-to-hf`` -> ``transformers`` loads it and generates.
 
-The tokenizer is :func:`~megatron_endprompt.data.synthetic.build_llama2_like_tokenizer`: a
+The tokenizer is :func:`~megatron_endprompt.data.prepare.synthetic.build_llama2_like_tokenizer`: a
 SentencePiece BPE trained with Llama-2's settings and wrapped by transformers' own converter
 (``LlamaTokenizer``): ``<unk>``/``<s>``/``</s>`` = 0/1/2 and a BOS before every text. Asserted:
 a BOS only ever opens a document and never sits in a terminal, EP2 is ``</s>`` (there is no
@@ -28,7 +28,7 @@ BOS, EOS = 1, 2  # Llama-2's ids (SentencePiece's defaults)
 
 @pytest.fixture(scope="module")
 def llama2_dir(spm_corpus, tmp_path_factory) -> str:
-    from megatron_endprompt.data.synthetic import build_llama2_like_tokenizer
+    from megatron_endprompt.data.prepare.synthetic import build_llama2_like_tokenizer
 
     return build_llama2_like_tokenizer(spm_corpus.path, str(tmp_path_factory.mktemp("llama2")))
 
@@ -38,8 +38,8 @@ def trained(llama2_dir, spm_corpus, tmp_path_factory):
     """``(checkpoint, preprocess summary, samples, records)``: the prompt-terminal prefix and a
     3-iteration run on it."""
     from megatron_endprompt.cli import preprocess as preprocess_cli
-    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-    from megatron_endprompt.data.spans import sample_reader
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.sidecar.spans import sample_reader
     from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
     from megatron_endprompt.errors import run_cli
 
@@ -81,7 +81,7 @@ def trained(llama2_dir, spm_corpus, tmp_path_factory):
 def test_prompt_terminals_under_llama2_tokenizer(trained, llama2_dir):
     from transformers import AutoTokenizer
 
-    from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, EOT_PROMPT
+    from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, EOT_PROMPT
 
     original = AutoTokenizer.from_pretrained(llama2_dir)
     assert (original.bos_token_id, original.eos_token_id, original.unk_token_id) == (BOS, EOS, 0)

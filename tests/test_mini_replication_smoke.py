@@ -181,8 +181,8 @@ def test_d0_is_d_with_contiguous_positions(run_tool, spm_args, tmp_path):
     import numpy as np
 
     from megatron_endprompt.cli import preprocess as preprocess_cli
-    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-    from megatron_endprompt.data.spans import sample_reader
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.sidecar.spans import sample_reader
     from megatron_endprompt.layout import positions_from_record
 
     assert controls.layout_flags("d0", terminal=8, w=1.0, prompt_w=0.1) == \

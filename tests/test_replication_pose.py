@@ -9,7 +9,7 @@ import pytest
 from spm_layout import SPM_L, SPM_P
 
 from benchmarks.replication import pose
-from megatron_endprompt.data.sidecar_checks import check_records
+from megatron_endprompt.data.sidecar.sidecar_checks import check_records
 from megatron_endprompt.layout import LayoutConfig, positions_from_record
 
 
@@ -58,9 +58,9 @@ def test_samples_are_valid_two_piece_records_with_positions_below_L():
 
 def test_preprocessed_pose_samples_read_back_with_the_text_skip(run_tool, spm_args, tmp_path):
     from megatron_endprompt.cli import preprocess as preprocess_cli
-    from megatron_endprompt.data.indexed_io import CorpusReader
-    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-    from megatron_endprompt.data.spans import sample_reader
+    from megatron_endprompt.data.sidecar.indexed_io import CorpusReader
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.sidecar.spans import sample_reader
 
     prefix = str(tmp_path / "e")
     rc, _, err = run_tool(preprocess_cli.main, spm_args(prefix, *pose.PREPROCESS_FLAGS))

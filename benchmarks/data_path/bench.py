@@ -40,7 +40,7 @@ characters) and repeated ``--repeat`` times:
 Ours runs twice per trial (issue 26): on the HF ``tokenizers`` path (``--tokenizer-backend
 hf``) and on the tiktoken path (byte-level BPE); with an HF tokenizer the bare tiktoken
 ``encode_batch`` is timed next to the ceiling. ``--tokenizer gpt2|llama3`` picks the
-GPT-2-style or the Llama-3-like tokenizer (:mod:`megatron_endprompt.data.synthetic`).
+GPT-2-style or the Llama-3-like tokenizer (:mod:`megatron_endprompt.data.prepare.synthetic`).
 
 Targets (issue 26): preprocessing >= 5x Megatron-LM's ``preprocess_data.py``; (issue 2)
 dataset >= 0.9x ``GPTDataset``, sidecar <= 0.1% of ``.bin``. Prints a table and writes
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-    from megatron_endprompt.data.synthetic import build_llama3_like_tokenizer, train_sentencepiece
+    from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer, train_sentencepiece
 
     if not os.path.isfile(args.corpus):
         sys.exit(f"--corpus {args.corpus}: not a file")

@@ -41,7 +41,7 @@ def ceiling_child(jsonl: str, tokenizer_dir: str, trials: int, workers: int = 2)
             if best is None or wall < best["wall"]:
                 best = {"tokens": n, "wall": wall, "cpu": cpu}
         out[str(size)] = best
-    from megatron_endprompt.data.tiktoken_bpe import convert
+    from megatron_endprompt.data.tokenize.tiktoken_bpe import convert
 
     enc = convert(tok.to_str()).encoding
     if enc is not None:  # the bare tiktoken encoder on the same texts (+ BOS/EOD counted as HF)

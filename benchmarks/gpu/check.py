@@ -97,7 +97,7 @@ print("ENV_JSON " + json.dumps(out))
 
 DATA_SCRIPT = r"""
 import sys
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 root, placement = sys.argv[1], sys.argv[2]
 print(write_motif_prefix(root, seq_length=int(sys.argv[3]), target_length=int(sys.argv[4]),
                          vocab=int(sys.argv[5]), docs=400, placement=placement))

@@ -26,7 +26,7 @@ PLAIN_STREAM = ("a1", "g1n")
 
 def make_contiguous(sidecar: str) -> int:
     """Rewrite ``sidecar`` (a no-PoSE layout) with ``T = a`` in every record; returns samples."""
-    from megatron_endprompt.data.sidecar import read_sidecar, write_sidecar
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, write_sidecar
 
     sc = read_sidecar(sidecar)
     if sc.header.layout["pose_chunks"] != 1:

@@ -9,7 +9,7 @@ Three kinds of document, each ending with the recall of a fact stated before it:
 * ``niah``: the evaluator's RULER ``niah_single_1`` prompt (noise haystack, ``adjective-noun``
   key, 7-digit value; RULER's singular template from
   :func:`megatron_endprompt.evaluation.ruler_niah.niah_template`) with the answer appended;
-* ``fact``: :func:`megatron_endprompt.data.synthetic.document` (the repo's own corpus: a fact at
+* ``fact``: :func:`megatron_endprompt.data.prepare.synthetic.document` (the repo's own corpus: a fact at
   the start, its recall at the end; varied sentences, which makes the held-out PPL mean
   something).
 
@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from megatron_endprompt.data import synthetic
+from megatron_endprompt.data.prepare import synthetic
 from megatron_endprompt.evaluation import passkey as PK
 from megatron_endprompt.evaluation.ruler_niah import niah_template
 from megatron_endprompt.evaluation.ruler_sources import random_value
@@ -128,7 +128,7 @@ def write_docs(path: str, *, num_docs: int, min_tokens: int, max_tokens: int, se
 def make_tokenizer(workdir: str, *, vocab_size: int, num_docs: int = 600,
                    split_digits: bool = False) -> str:
     """A SentencePiece model (the repo's
-    :func:`~megatron_endprompt.data.synthetic.train_sentencepiece`) trained on a short sample of
+    :func:`~megatron_endprompt.data.prepare.synthetic.train_sentencepiece`) trained on a short sample of
     every document kind; ``split_digits``: a digit per piece as in Llama-2's tokenizer, so a
     key is copied digit for digit (with merged digit groups the base missed a key's last
     group, issue 13)."""
@@ -164,7 +164,7 @@ def write_plain_prefix(jsonl: str, prefix: str, spm_model: str, *,
     that Megatron's windows of ``seq_length`` (stride ``seq_length``) hold one document each."""
     from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     tok = build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
                                         tokenizer_model=spm_model))

@@ -36,7 +36,7 @@ def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
         return dict(seq=rep.P, target=rep.L, mb=max(1, c["ft_docs"] // 2), replay=True,
                     data_prefix=rep.w("ft_stream" if m == "a1" else "g1_plain"))
     from megatron_endprompt.cli import preprocess
-    from megatron_endprompt.data.sidecar import sidecar_path
+    from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 
     prefix = rep.w(f"ft_{tag}")
     lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
@@ -55,10 +55,10 @@ def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
 
 def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     """Refuse data that is not method ``m``'s layout (one ``error:`` line); returns a summary."""
-    from megatron_endprompt.data.indexed_io import IndexReader
-    from megatron_endprompt.data.prompts import PROMPT_SETS
-    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-    from megatron_endprompt.data.sidecar_checks import check_records
+    from megatron_endprompt.data.sidecar.indexed_io import IndexReader
+    from megatron_endprompt.data.sidecar.prompts import PROMPT_SETS
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.sidecar.sidecar_checks import check_records
     from megatron_endprompt.layout import positions_from_record
 
     prefix, L, P = kw["data_prefix"], c["L"], c["P"]

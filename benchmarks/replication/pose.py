@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megatron_endprompt.data.indexed_io import IndexReader
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path, write_sidecar
-from megatron_endprompt.data.spans import pack_sources, token_stream_bounds
+from megatron_endprompt.data.sidecar.indexed_io import IndexReader
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path, write_sidecar
+from megatron_endprompt.data.sidecar.spans import pack_sources, token_stream_bounds
 from megatron_endprompt.layout import sample_rng
 from megatron_endprompt.disk import atomic_path
 

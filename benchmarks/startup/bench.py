@@ -61,9 +61,9 @@ def make_corpus(prefix: str, docs: int) -> None:
     import numpy as np
 
     from megatron_endprompt.compat import build_megatron_tokenizer
-    from megatron_endprompt.data.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
+    from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
                                                  write_sidecar)
-    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+    from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
     from megatron_endprompt.layout import LayoutConfig
 
     if os.path.exists(sidecar_path(prefix)):
@@ -105,9 +105,9 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
     import numpy as np
 
     from megatron_endprompt.compat import build_megatron_tokenizer
-    from megatron_endprompt.data.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
+    from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
                                                  write_sidecar)
-    from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+    from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
     from megatron_endprompt.layout import LayoutConfig
 
     path = sidecar_path(prefix, spans_name(layout))
@@ -221,7 +221,7 @@ def child(kind: str, prefix: str, cache: str, docs: int, name: str | None = None
 
 
 def run_child(kind: str, prefix: str, cache: str, docs: int, name: str | None = None) -> dict:
-    from megatron_endprompt.data.sidecar import sidecar_path
+    from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 
     evict([prefix + ".idx", sidecar_path(prefix, name), cache])
     env = {**os.environ, "OMP_NUM_THREADS": "1",
@@ -258,7 +258,7 @@ KINDS = {"stored": ("ours", None), "pieces": ("ours-pieces", "pieces"),
 
 def measure(workdir: str, docs: int, repeat: int, sidecars: list[str],
             later_repeat: int = 1) -> dict:
-    from megatron_endprompt.data.sidecar import open_sidecar
+    from megatron_endprompt.data.sidecar.sidecar import open_sidecar
 
     prefix = os.path.join(workdir, f"corpus_{docs}")
     t0 = time.perf_counter()

@@ -13,11 +13,11 @@ import sys
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
                                          terminal_from_args)
-from megatron_endprompt.data.build_sidecar import SidecarOptions, build_sidecar
+from megatron_endprompt.data.prepare.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.coverage import coverage_line
-from megatron_endprompt.data.prefix_name import resolve_prefix
-from megatron_endprompt.data.sidecar import sidecar_path
-from megatron_endprompt.data.tokenizer import TokenizerSpec
+from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
+from megatron_endprompt.data.sidecar.sidecar import sidecar_path
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 from megatron_endprompt.errors import user_errors
 
 

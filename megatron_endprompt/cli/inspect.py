@@ -14,8 +14,8 @@ import sys
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.data.inspect_sample import inspect_sample, render_inspection
-from megatron_endprompt.data.prefix_name import resolve_prefix
-from megatron_endprompt.data.tokenizer import TokenizerSpec
+from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 
 
 def build_parser() -> argparse.ArgumentParser:

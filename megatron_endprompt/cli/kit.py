@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from megatron_endprompt.data.terminal_spec import TERMINAL_SOURCES, TerminalSpec
+from megatron_endprompt.data.sidecar.terminal_spec import TERMINAL_SOURCES, TerminalSpec
 from megatron_endprompt.errors import run_cli, user_errors
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
 

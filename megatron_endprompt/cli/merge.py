@@ -9,7 +9,7 @@ import argparse
 
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import entry
-from megatron_endprompt.data.merge import merge
+from megatron_endprompt.data.prepare.merge import merge
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import sys
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
                                          terminal_from_args)
-from megatron_endprompt.data.gpt2_files import gpt2_files_only, wrap_gpt2_files
+from megatron_endprompt.data.tokenize.gpt2_files import gpt2_files_only, wrap_gpt2_files
 from megatron_endprompt.errors import UserError, user_errors
 
 
@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runtime.quiet()
-    from megatron_endprompt.data.preprocess import PreprocessOptions, format_summary, preprocess
-    from megatron_endprompt.data.tokenizer import TokenizerSpec
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, format_summary, preprocess
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 
     if args.split_sentences:
         raise UserError("--split-sentences is not supported: EndPrompt terminals anchor a "
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_summary(summary))
         from megatron_endprompt.data.coverage import coverage_line
-        from megatron_endprompt.data.sidecar import sidecar_path
+        from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 
         coverage = coverage_line(opts.prefix, summary)
         if coverage:

@@ -23,7 +23,7 @@ import json
 import os
 from typing import Any
 
-from megatron_endprompt.data.gpt2_files import gpt2_files_only, gpt2_files_to_hf
+from megatron_endprompt.data.tokenize.gpt2_files import gpt2_files_only, gpt2_files_to_hf
 from megatron_endprompt.errors import UserError
 
 __all__ = ["LOADER_KEYS", "export_tokenizer", "portable_tokenizer_config", "sentencepiece_to_hf"]

@@ -22,7 +22,7 @@ Per prefix:
   other prefix without the requested sidecar is refused.
 
 Every prefix's ``.idx`` SHA-256 is part of the index-cache key; it and the sidecar's full
-verification are computed once per file identity (:mod:`megatron_endprompt.data.trust`).
+verification are computed once per file identity (:mod:`megatron_endprompt.data.sidecar.trust`).
 
 Megatron conventions kept for EndPrompt samples: the last input's label is the stored extra
 token (``add_extra_token_to_sequence``; without it the last label is padding with weight 0);
@@ -51,9 +51,9 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
 from megatron_endprompt.data.sample_index import load_or_build_sample_index, samples_in_split
-from megatron_endprompt.data.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
-from megatron_endprompt.data.spans import span_reader
-from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.data.sidecar.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.spans import span_reader
+from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import (context_length, loss_weights_from_record,
                                       positions_from_record)
@@ -113,7 +113,7 @@ def find_sidecar(prefix: str, *, seq_length: int, target_length: int | None,
     prefix listed in ``replay_prefixes`` (plain replay). The one place where a sidecar meets
     the training flags: used at start-up by the ``pretrain`` entry and when the datasets are
     built. Cheap (header checksum and values, file sizes, records memory-mapped); the full
-    verification is :func:`megatron_endprompt.data.trust.ensure_verified`. Raises
+    verification is :func:`megatron_endprompt.data.sidecar.trust.ensure_verified`. Raises
     :class:`UserError` naming both files/flags on any mismatch. ``require`` is kept for
     compatibility (``False`` makes a prefix without a sidecar replay data, as before)."""
     if any(_same_prefix(prefix, r) for r in replay_prefixes or ()):
@@ -274,8 +274,8 @@ class EndPromptGPTDataset(GPTDataset):
     def _build_document_sample_shuffle_indices(self):
         # Runs inside the constructor, which Megatron's builder calls on rank 0 first, then
         # (after a barrier) on the other ranks: rank 0 verifies/fingerprints once and caches
-        # the verdict; the others find it in the cache (see megatron_endprompt.data.trust).
-        from megatron_endprompt.data.trust import cache_dir, ensure_verified, idx_fingerprint
+        # the verdict; the others find it in the cache (see megatron_endprompt.data.sidecar.trust).
+        from megatron_endprompt.data.sidecar.trust import cache_dir, ensure_verified, idx_fingerprint
 
         directory = cache_dir(self.dataset.path_prefix, self.config.path_to_cache)
         if self.sidecar is None:

@@ -3,7 +3,7 @@ its tokens (and text, with a tokenizer given or the sidecar's recorded one still
 position runs and ids, and its loss weights.
 
 Reads only the corpus and the sidecar: with the recorded ``tokenizer.json`` still present the
-text comes from it alone (:func:`~megatron_endprompt.data.tokenizer.json_detokenizer`), without
+text comes from it alone (:func:`~megatron_endprompt.data.tokenize.tokenizer.json_detokenizer`), without
 torch or Megatron-Core.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from megatron_endprompt.data.atomic_output import ensure_committed
-from megatron_endprompt.data.sidecar import SidecarHeader, read_sidecar, sidecar_path
-from megatron_endprompt.data.spans import sample_reader
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
-from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
+from megatron_endprompt.data.prepare.atomic_output import ensure_committed
+from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.spans import sample_reader
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
+from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import (
     LayoutConfig,

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from megatron_endprompt.compat import build_document_index
-from megatron_endprompt.data.sidecar import Sidecar
-from megatron_endprompt.data.span_scan import samples_within
+from megatron_endprompt.data.sidecar.sidecar import Sidecar
+from megatron_endprompt.data.sidecar.span_scan import samples_within
 from megatron_endprompt.disk import atomic_path, write_text
 
 logger = logging.getLogger(__name__)

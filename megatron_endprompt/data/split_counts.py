@@ -11,7 +11,7 @@ front in one line naming ``--split``.
 
 Units: a sidecar over stored samples has one sample per sequence; a sidecar over the
 tokenized documents (``sources``) uses the samples lying wholly inside the split's sequences
-(:func:`~megatron_endprompt.data.span_scan.samples_within`, as the dataset does); a replay
+(:func:`~megatron_endprompt.data.sidecar.span_scan.samples_within`, as the dataset does); a replay
 prefix (no sidecar) needs at least one document in the split.
 """
 
@@ -26,8 +26,8 @@ from megatron.core.datasets.blended_megatron_dataset_config import (
 )
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-from megatron_endprompt.data.sidecar import Sidecar
-from megatron_endprompt.data.span_scan import samples_within
+from megatron_endprompt.data.sidecar.sidecar import Sidecar
+from megatron_endprompt.data.sidecar.span_scan import samples_within
 from megatron_endprompt.errors import UserError
 
 SPLIT_NAMES = ("train", "valid", "test")

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
-from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model.yarn import ROPE_SCALINGS, YarnScaling, yarn_from_megatron_args
 from megatron_endprompt.training.long_eval import add_long_eval_args
@@ -156,7 +156,7 @@ def check_sidecars(args: argparse.Namespace,
 
     Cheap on every rank (header checksum, sizes); global rank 0 also builds the training
     tokenizer to compare its identity, and runs the full verification once per file identity
-    (:mod:`megatron_endprompt.data.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
+    (:mod:`megatron_endprompt.data.sidecar.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
     refused before Megatron starts and the other ranks find the verdict cached. ``identity``:
     the start-up :class:`TokenizerIdentity` (:func:`startup_tokenizer_identity`); without it,
     rank 0 computes it here."""
@@ -164,9 +164,9 @@ def check_sidecars(args: argparse.Namespace,
     from dataclasses import asdict
 
     from megatron_endprompt.data.dataset import find_sidecar
-    from megatron_endprompt.data.sidecar import check_sidecar_name
+    from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name
     from megatron_endprompt.data.split_counts import check_splits_nonempty
-    from megatron_endprompt.data.trust import cache_dir, ensure_verified
+    from megatron_endprompt.data.sidecar.trust import cache_dir, ensure_verified
     from megatron_endprompt.training.checks import split_prefixes
 
     name = getattr(args, "endprompt_sidecar_name", None)

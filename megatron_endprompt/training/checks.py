@@ -24,7 +24,7 @@ import math
 import os
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
-from megatron_endprompt.data.prefix_name import resolve_prefix
+from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
 
@@ -118,7 +118,7 @@ _LIST_FLAGS = {"--data-path": "data_path", "--train-data-path": "train_data_path
 
 def _resolve_names(args: argparse.Namespace) -> list[str]:
     """Prefixes given in Megatron's other spelling (``PREFIX`` for ``PREFIX_text_document`` or
-    the reverse, :mod:`~megatron_endprompt.data.prefix_name`) replaced in the flags that list
+    the reverse, :mod:`~megatron_endprompt.data.prepare.prefix_name`) replaced in the flags that list
     them (``--data-path``, ``--{train,valid,test}-data-path``, ``--endprompt-replay-prefixes``)
     before Megatron reads them; returns the notes to print. Prefixes read from a file
     (``--data-args-path``) are left to the not-found error."""
@@ -145,7 +145,7 @@ def split_prefixes(args: argparse.Namespace) -> list[str]:
 
 
 def _check_prefixes(args: argparse.Namespace) -> None:
-    from megatron_endprompt.data.atomic_output import ensure_committed
+    from megatron_endprompt.data.prepare.atomic_output import ensure_committed
 
     for flag, pairs in blends(args):
         for _, prefix in pairs:

@@ -32,7 +32,7 @@ import struct
 import sys
 from collections.abc import Mapping
 
-from megatron_endprompt.data.prefix_name import resolve_prefix
+from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model_record import ModelRecord, read_model_record
 from megatron_endprompt.window import EndPromptWindow
@@ -138,7 +138,7 @@ def _existing_sidecars(prefix: str) -> list[str]:
 
 def _check_prefix(prefix: str, name: str | None, split: list[float], env: Mapping[str, str],
                   replay: bool) -> None:
-    from megatron_endprompt.data.sidecar import sidecar_path
+    from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 
     for suffix in (".bin", ".idx"):
         if not os.path.isfile(prefix + suffix):
@@ -238,7 +238,7 @@ def check_launch(env: Mapping[str, str],
     split = _split(env.get("SPLIT", ""))
     name = env.get("SIDECAR_NAME", "").strip() or None
     if name is not None:
-        from megatron_endprompt.data.sidecar import check_sidecar_name
+        from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name
 
         check_sidecar_name(name)
     tokenizer = env.get("TOKENIZER", "")

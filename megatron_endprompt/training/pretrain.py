@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
             print(note, flush=True)
         print(f"EndPrompt: {window.banner()} RoPE={args.endprompt_rope_scaling}; "
               f"{len(layouts)} EndPrompt prefix(es)", flush=True)
-        from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
+        from megatron_endprompt.data.sidecar.sidecar import open_sidecar, sidecar_path
         from megatron_endprompt.data.coverage import coverage_line
 
         for prefix in layouts:

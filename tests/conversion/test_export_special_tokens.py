@@ -18,7 +18,7 @@ import torch
 from conversion_helpers import make_hf_model, read_config
 
 from megatron_endprompt.demo_train import run_pretrain
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 
 # tests/data is on sys.path under pytest (rootdir-relative test modules)
 from bad_input_helpers import (
@@ -275,9 +275,9 @@ def _interrupt(*args, **kwargs):
 @pytest.mark.parametrize("where", ["finalize", "sidecar", "mid-stream"])
 def test_interrupted_run_leaves_nothing_complete(where, over_existing, run_tool, spm_args,
                                                  good_output, tmp_path, monkeypatch):
-    import megatron_endprompt.data.build_sidecar as pp
-    from megatron_endprompt.data.indexed_io import IndexedWriter as IndexedDatasetBuilder
-    import megatron_endprompt.data.encode as encode
+    import megatron_endprompt.data.prepare.build_sidecar as pp
+    from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter as IndexedDatasetBuilder
+    import megatron_endprompt.data.tokenize.encode as encode
 
     workers = 1
     if where == "finalize":

@@ -12,7 +12,7 @@ import pytest
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
 # tests/data is on sys.path under pytest (rootdir-relative test modules)

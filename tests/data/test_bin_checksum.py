@@ -1,4 +1,4 @@
-"""Per-block CRC-32 of the ``.bin`` (data/bin_checksum.py): recorded at write time, all
+"""Per-block CRC-32 of the ``.bin`` (data/sidecar/bin_checksum.py): recorded at write time, all
 blocks checked at first use, a sample at later starts; old sidecars stay readable."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from megatron_endprompt.data.bin_checksum import bin_block_crcs, verify_bin
+from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs, verify_bin
 from megatron_endprompt.errors import UserError
 
 
@@ -67,10 +67,10 @@ def test_checksums_of_another_size_are_refused(tmp_path):
 def test_preprocessing_records_them(tmp_path):
     import json
 
-    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-    from megatron_endprompt.data.sidecar import read_sidecar
-    from megatron_endprompt.data.terminal_spec import TerminalSpec
-    from megatron_endprompt.data.tokenizer import TokenizerSpec
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar
+    from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
     from megatron_endprompt.layout import LayoutConfig
 
     corpus = tmp_path / "c.jsonl"

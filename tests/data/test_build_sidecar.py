@@ -12,10 +12,10 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatase
 
 from megatron_endprompt.cli import build_sidecar as cli
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-from megatron_endprompt.data.samples import SampleMaker
-from megatron_endprompt.data.sidecar import read_sidecar
-from megatron_endprompt.data.spans import sidecar_pieces, span_reader
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.prepare.samples import SampleMaker
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar
+from megatron_endprompt.data.sidecar.spans import sidecar_pieces, span_reader
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.layout import LayoutConfig
 
 P, L, B, VOCAB = 32, 256, 8, 1000

@@ -17,13 +17,13 @@ from sidecar_edit import rewrite_header
 from test_build_sidecar import VOCAB, write_corpus
 
 from megatron_endprompt.cli import build_sidecar as cli
-from megatron_endprompt.data.atomic_output import prefix_lock
+from megatron_endprompt.data.prepare.atomic_output import prefix_lock
 from megatron_endprompt.data.dataset import find_sidecar
-from megatron_endprompt.data.sidecar import open_sidecar, read_sidecar, verify_sidecar
-from megatron_endprompt.data.spans import span_reader
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
-from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
-from megatron_endprompt.data.trust import ensure_verified
+from megatron_endprompt.data.sidecar.sidecar import open_sidecar, read_sidecar, verify_sidecar
+from megatron_endprompt.data.sidecar.spans import span_reader
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
+from megatron_endprompt.data.sidecar.trust import ensure_verified
 from megatron_endprompt.errors import UserError
 
 P, L, B = 32, 256, 8

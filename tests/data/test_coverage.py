@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from megatron_endprompt.data.dataset import find_sidecar
-from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.data.coverage import coverage_line
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 P, L = 16, 128
 

@@ -14,11 +14,11 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-from megatron_endprompt.data.terminal_spec import TerminalSpec
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-from megatron_endprompt.data.spans import sample_reader
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.spans import sample_reader
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig, positions_from_record
 
@@ -294,7 +294,7 @@ def test_megatron_conventions_eod_padding_and_overrides(tok, data, tmp_path):
 def test_startup_tokenizer_identity_is_used_not_recomputed(tok, data, tmp_path, monkeypatch):
     """The identity pretrain computed once at start-up reaches the datasets: they check it
     (a wrong one is refused though the config's tokenizer matches) and fingerprint nothing."""
-    from megatron_endprompt.data import tokenizer_identity as ti
+    from megatron_endprompt.data.tokenize import tokenizer_identity as ti
 
     startup = ti.tokenizer_identity(tok, tokenizer_type="NullTokenizer")
     monkeypatch.setattr(ti, "vocab_fingerprint", lambda t: pytest.fail("fingerprinted again"))

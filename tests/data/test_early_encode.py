@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data import early_encode, encode
-from megatron_endprompt.data.read_input import input_range, read_lines
-from megatron_endprompt.data.tokenizer import TokenizerSpec
+from megatron_endprompt.data.tokenize import early_encode, encode
+from megatron_endprompt.data.tokenize.read_input import input_range, read_lines
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 from megatron_endprompt.errors import run_cli
 
 

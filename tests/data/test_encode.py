@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data import encode
-from megatron_endprompt.data.sidecar import read_sidecar
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenize import encode
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import run_cli
 
 
@@ -166,7 +166,7 @@ def test_gpt2_vocab_and_merges_wrapped_as_hf_in_one_line(spm_args, spm_corpus, r
         [p for p in os.listdir(out) if p.startswith("gpt2-hf-")]) == 1  # reused, not rewritten
     for s in (".bin", ".idx"):
         assert (out / f"a{s}").read_bytes() == (out / f"b{s}").read_bytes()
-    from megatron_endprompt.data.indexed_io import IndexReader
+    from megatron_endprompt.data.sidecar.indexed_io import IndexReader
 
     with open(vocab) as f:
         eot = json.load(f)["<|endoftext|>"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder, _IndexReader
 
-from megatron_endprompt.data.indexed_io import (DTYPE_CODES, CorpusReader, IndexedWriter,
+from megatron_endprompt.data.sidecar.indexed_io import (DTYPE_CODES, CorpusReader, IndexedWriter,
                                                 IndexReader, optimal_dtype)
 from megatron_endprompt.errors import UserError
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.prompts import (BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT,
+from megatron_endprompt.data.sidecar.prompts import (BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT,
                                              tokenize_prompts)
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
 P, L = 64, 512  # as in tests/conftest.py (SPM_P, SPM_L: llama3_args)
@@ -32,7 +32,7 @@ def _prompt_prefix(run_tool, llama3_args, prefix, *extra):
         prefix, "--terminal-source", "prompt", "--terminal-loss-weight", 0.5, *extra,
         "--summary-json"))
     assert rc == 0, err
-    from megatron_endprompt.data.spans import sample_reader
+    from megatron_endprompt.data.sidecar.spans import sample_reader
 
     sc = read_sidecar(sidecar_path(str(prefix)))
     tokens = sample_reader(str(prefix), sc)
@@ -87,8 +87,8 @@ def test_ep2_is_the_tokenizers_end_token(run_tool, llama3_args, llama3_tokenizer
                                          llama3_tokenizer, spm_corpus, tmp_path):
     """Defect 3: EP2 resolves to ``eos_token`` (<|end_of_text|> for base, <|eot_id|> for
     instruct); a prompt-file line that is a special token is that single id."""
-    from megatron_endprompt.data.synthetic import build_llama3_like_tokenizer
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     end, eot = _ids(llama3_tokenizer_dir, "<|end_of_text|>", "<|eot_id|>")
     assert tokenize_prompts([EOD_PROMPT], llama3_tokenizer)[0].tolist() == [end]

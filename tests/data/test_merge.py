@@ -11,8 +11,8 @@ import pytest
 
 from megatron_endprompt.cli import merge as merge_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar import read_sidecar
-from megatron_endprompt.data.spans import sample_reader, sidecar_pieces
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar
+from megatron_endprompt.data.sidecar.spans import sample_reader, sidecar_pieces
 from megatron_endprompt.errors import run_cli
 from megatron_endprompt.layout import positions_from_record
 
@@ -45,7 +45,7 @@ def test_merged_shards_equal_one_run(shards, run_tool):
     assert np.array_equal(np.asarray(sc.records),
                           np.concatenate([np.asarray(s.records) for s in shard_scs]))
     # sidecar v2: header checksum recomputed (read_sidecar checked it), tokenizer identity kept
-    from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
+    from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 
     assert TokenizerIdentity.from_dict(sc.header.tokenizer).is_known and sc.header.tokenizer == shard_scs[0].header.tokenizer
     assert not any(f.endswith(".lock") or ".tmp-" in f for f in os.listdir(root))

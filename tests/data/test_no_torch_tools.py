@@ -14,8 +14,8 @@ import numpy as np
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data import tokenizer as tokenizer_mod
-from megatron_endprompt.data.indexed_io import IndexedWriter
+from megatron_endprompt.data.tokenize import tokenizer as tokenizer_mod
+from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PROBE = """

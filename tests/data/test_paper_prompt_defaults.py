@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, tokenize_prompts
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, tokenize_prompts
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.layout import LayoutConfig, loss_weights_from_record
 
 P, L = 64, 512  # tests/conftest.py's SPM_P, SPM_L

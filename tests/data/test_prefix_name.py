@@ -10,8 +10,8 @@ import numpy as np
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron_endprompt.cli import build_sidecar as sidecar_cli
-from megatron_endprompt.data.prefix_name import resolve_prefix
-from megatron_endprompt.data.sidecar import sidecar_path
+from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
+from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 from megatron_endprompt.training.checks import check_startup
 
 

@@ -15,9 +15,9 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.prompts import BUILTIN_PROMPTS, tokenize_prompts
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-from megatron_endprompt.data.spans import sample_reader
+from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, tokenize_prompts
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.spans import sample_reader
 from megatron_endprompt.layout import (
     describe_runs,
     loss_weights_from_record,
@@ -184,7 +184,7 @@ def test_document_tail(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_path, 
 def test_document_tail_never_mixes_documents(spm_tokenizer):
     """Issue 8 defect 6: a jumped (EndPrompt) sample takes context and tail from ONE document;
     short documents give contiguous samples. Documents are marked by their token values."""
-    from megatron_endprompt.data.samples import SampleMaker
+    from megatron_endprompt.data.prepare.samples import SampleMaker
     from megatron_endprompt.layout import LayoutConfig
 
     maker = SampleMaker(LayoutConfig(seq_length=P, target_length=L), terminal_source="document-tail",
@@ -256,7 +256,7 @@ def test_prompt_user_file(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_pat
 
 # -- determinism ---------------------------------------------------------------------------
 def test_workers_output_byte_identical(run_tool, spm_args, tmp_path, monkeypatch):
-    import megatron_endprompt.data.encode as pp
+    import megatron_endprompt.data.tokenize.encode as pp
 
     monkeypatch.setattr(pp, "_BATCH_LINES", 3)  # many batches, so both workers get work
     flags = ("--terminal-source", "prompt", "--placement", "random", "--pose-chunks", 2)

@@ -10,8 +10,8 @@ import numpy as np
 
 from megatron_endprompt.cli import build_sidecar as sidecar_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.indexed_io import IndexedWriter
-from megatron_endprompt.data.progress import Progress
+from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter
+from megatron_endprompt.data.prepare.progress import Progress
 
 
 class Clock:
@@ -59,7 +59,7 @@ def test_preprocess_log_lines_show_possible_rates(llama3_args, run_tool, tmp_pat
     all the tokens in 0.25 s — the old lines divided the drained backlog by microseconds."""
     import time
 
-    import megatron_endprompt.data.tokenizer_verdict as tv  # a cold run builds Megatron's there
+    import megatron_endprompt.data.tokenize.tokenizer_verdict as tv  # a cold run builds Megatron's there
 
     real = tv.build_tokenizer
     monkeypatch.setattr(tv, "build_tokenizer", lambda spec: time.sleep(0.3) or real(spec))

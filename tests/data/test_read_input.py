@@ -3,7 +3,7 @@ true line number, whatever the number of partitions and wherever the cuts fall."
 
 from __future__ import annotations
 
-from megatron_endprompt.data.read_input import input_range, read_lines
+from megatron_endprompt.data.tokenize.read_input import input_range, read_lines
 
 
 def test_partitions_cover_every_line_once_with_true_numbers(tmp_path):

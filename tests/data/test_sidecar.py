@@ -13,8 +13,8 @@ import pytest
 from sidecar_edit import rewrite_header
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-from megatron_endprompt.data import sidecar_format
-from megatron_endprompt.data.sidecar import (
+from megatron_endprompt.data.sidecar import sidecar_format
+from megatron_endprompt.data.sidecar.sidecar import (
     SidecarHeader,
     data_fingerprint,
     open_sidecar,
@@ -273,7 +273,7 @@ def test_preprocess_and_inspect_named_sidecar(spm_args, run_tool, tmp_path):
 def test_unknown_tokenizer_is_accepted_with_a_warning_known_one_is_checked(good, caplog):
     """A sidecar for an existing corpus may record no tokenizer: trained with a warning."""
     from megatron_endprompt.data.dataset import check_tokenizer
-    from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
+    from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 
     current = TokenizerIdentity(vocab_size=501, eod=500, fingerprint="cd" * 32)
     with pytest.raises(UserError, match="made with tokenizer NullTokenizer"):

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from megatron_endprompt.data import sidecar as sc_mod
-from megatron_endprompt.data import sidecar_format
-from megatron_endprompt.data import trust
-from megatron_endprompt.data.sidecar import open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar import sidecar as sc_mod
+from megatron_endprompt.data.sidecar import sidecar_format
+from megatron_endprompt.data.sidecar import trust
+from megatron_endprompt.data.sidecar.sidecar import open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 from test_sidecar import _write_set
 
@@ -107,7 +107,7 @@ def test_full_verification_memory_is_one_chunk(tmp_path, monkeypatch):
 
     import numpy as np
 
-    from megatron_endprompt.data.sidecar import SidecarHeader, write_sidecar
+    from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, write_sidecar
     from megatron_endprompt.layout import LayoutConfig
 
     n, P, L, b = 500_000, 32, 256, 4
@@ -138,8 +138,8 @@ def test_rank0_verifies_others_hit_the_cache(tmp_path):
 
     from megatron_endprompt.launch import free_port
     from test_dataset import SPEC, _corpus
-    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-    from megatron_endprompt.data.terminal_spec import TerminalSpec
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
     from megatron_endprompt.layout import LayoutConfig
 
     prefix = str(tmp_path / "ep")

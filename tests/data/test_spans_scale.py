@@ -18,12 +18,12 @@ from test_corpus_sidecar_v2 import _build
 from test_sidecar_trust import _tamper_idx
 
 from megatron_endprompt.data import sample_index as sample_index_mod
-from megatron_endprompt.data import span_scan, spans
+from megatron_endprompt.data.sidecar import span_scan, spans
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-from megatron_endprompt.data.sidecar import (SidecarHeader, open_sidecar, verify_sidecar,
+from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, open_sidecar, verify_sidecar,
                                              write_sidecar)
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
-from megatron_endprompt.data.trust import ensure_verified
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.sidecar.trust import ensure_verified
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -256,7 +256,7 @@ def test_memory_does_not_scale_with_the_corpus(tmp_path, monkeypatch):
     24 bytes per sample, 4.8 MB, for layout windows), full verification and the split's
     sample list allocate one block of temporaries (old: tens of bytes per sample); the
     checksum reads through one fixed buffer, made 64 KiB here to fit the bound."""
-    from megatron_endprompt.data import sidecar_format
+    from megatron_endprompt.data.sidecar import sidecar_format
 
     monkeypatch.setattr(sidecar_format, "CHUNK", 1 << 16)
     n, tokens = 200_000, 2 * (200_000 + 1) * P

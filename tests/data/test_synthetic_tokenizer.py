@@ -18,7 +18,7 @@ NUMBERS = ["The pass key is 12345. Remember it. 12345 is the pass key.",
 
 @pytest.fixture(scope="module")
 def models(spm_corpus, tmp_path_factory):
-    from megatron_endprompt.data.synthetic import train_sentencepiece
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece
 
     root = tmp_path_factory.mktemp("split_digits")
     corpus = root / "numbers.jsonl"

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from megatron_endprompt.data.terminal_spec import TerminalSpec
+from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
 from megatron_endprompt.layout import LayoutConfig
 
 

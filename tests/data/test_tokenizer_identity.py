@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from megatron_endprompt.compat import build_megatron_tokenizer
-from megatron_endprompt.data.tokenizer_identity import (
+from megatron_endprompt.data.tokenize.tokenizer_identity import (
     TokenizerIdentity,
     id_to_token_table,
     tokenizer_identity,

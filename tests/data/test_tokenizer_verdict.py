@@ -15,10 +15,10 @@ from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data import tokenizer_verdict
-from megatron_endprompt.data.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
-from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+from megatron_endprompt.data.tokenize import tokenizer_verdict
+from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
 
 _KEYS = ("vocab_size", "eod", "fingerprint")
 
@@ -75,7 +75,7 @@ def test_cold_run_caches_the_verdict_warm_run_uses_it(llama3_args, run_tool, tmp
     assert warm["tokenizer_path"] == cold["tokenizer_path"] == "tiktoken"
     assert _files(tmp_path / "cold") == _files(tmp_path / "warm")
     # the sidecars record the same tokenizer identity (training compares it)
-    from megatron_endprompt.data.sidecar import open_sidecar
+    from megatron_endprompt.data.sidecar.sidecar import open_sidecar
 
     assert open_sidecar(f"{tmp_path}/cold.endprompt").header.tokenizer == \
         open_sidecar(f"{tmp_path}/warm.endprompt").header.tokenizer

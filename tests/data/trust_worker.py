@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from megatron_endprompt.data import trust
+from megatron_endprompt.data.sidecar import trust
 
 
 def main() -> None:

@@ -85,8 +85,8 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
 
     from megatron_endprompt.cli import preprocess as preprocess_cli
     from megatron_endprompt.cli.convert import main as convert_main
-    from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-    from megatron_endprompt.data.spans import sample_reader
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.data.sidecar.spans import sample_reader
     from megatron_endprompt.demo_train import parse_losses
     from megatron_endprompt.layout import positions_from_record
     from megatron_endprompt.training.loss import read_loss_log

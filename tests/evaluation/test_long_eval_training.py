@@ -51,7 +51,7 @@ def test_flag_errors(over, needle):
 def data(tmp_path_factory):
     """A SentencePiece tokenizer, an EndPrompt prefix and two held-out long documents."""
     from megatron_endprompt.cli import preprocess
-    from megatron_endprompt.data.synthetic import train_sentencepiece, write_corpus
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
     from megatron_endprompt.errors import run_cli
 
     root = tmp_path_factory.mktemp("long_eval")

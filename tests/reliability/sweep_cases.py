@@ -191,7 +191,7 @@ CASES: list[Case] = [
          patch=lambda fx, d: lock_held(os.path.join(d, "data")), transient=("data.lock",)),
     Case("pp_sigterm", "preprocess", pp("--workers", "2"), rc=143, item="8", needle="SIGTERM",
          run=lambda fx, d, argv: sigterm_subprocess(
-             "preprocess", "megatron_endprompt.data.samples", "SampleMaker.add_document",
+             "preprocess", "megatron_endprompt.data.prepare.samples", "SampleMaker.add_document",
              at_call=5)(fx, d, argv)),
     Case("pp_stale_temporaries_removed", "preprocess", lambda fx, d: _stale_tmp(fx, d), rc=0,
          item="8", check=lambda fx, d, res: _no_stale(d)),

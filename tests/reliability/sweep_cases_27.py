@@ -99,7 +99,7 @@ def _no_identity(fx, d):
 def _merge_named_into_existing(fx, d):
     """``--name`` merge onto a prefix that holds another corpus with its own sidecar."""
     parts = _shards_in(fx, d)
-    from megatron_endprompt.data.sidecar import sidecar_path
+    from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 
     for p in parts:
         shutil.copyfile(p + ".endprompt", sidecar_path(p, "n"))

@@ -90,7 +90,7 @@ def _killed_commit_stock_reader(step: int):
     next writer removes what the dead one left (a kill leaves temporaries by nature)."""
     def run(fx, d, argv):
         from sweep import run_in_process
-        from megatron_endprompt.data.atomic_output import FAULT_ENV, PrefixWriter
+        from megatron_endprompt.data.prepare.atomic_output import FAULT_ENV, PrefixWriter
 
         old, new = _tokens(fx.good), _new_reference(fx)
         env = {**os.environ, FAULT_ENV: str(step), "OMP_NUM_THREADS": "1"}
@@ -123,7 +123,7 @@ def _pp_over_old(fx, d):
 
 
 def _commit_cases() -> list[Case]:
-    from megatron_endprompt.data.atomic_output import COMMIT_STEPS
+    from megatron_endprompt.data.prepare.atomic_output import COMMIT_STEPS
 
     return [Case(f"pp_kill_after_{step.replace(' ', '_').replace('.', '')}_stock_reader",
                  "preprocess", _pp_over_old, rc=0, item="27", run=_killed_commit_stock_reader(k),
@@ -227,8 +227,8 @@ def _bin_bit_flipped_after_verification(fx, d):
     kept: it trained silently (Megatron has no ``.bin`` checksum; ours covered the ``.idx``)."""
     import shutil
 
-    from megatron_endprompt.data.sidecar import open_sidecar
-    from megatron_endprompt.data.trust import ensure_verified
+    from megatron_endprompt.data.sidecar.sidecar import open_sidecar
+    from megatron_endprompt.data.sidecar.trust import ensure_verified
 
     prefix = os.path.join(d, "flip")
     for s in (".bin", ".idx", ".endprompt"):
@@ -265,8 +265,8 @@ def _pp_sigterm_cases() -> list[Case]:
                  rc=143, item="27", needle="SIGTERM",
                  run=sigterm_subprocess("preprocess", module, attr, at_call=n))
             for where, module, attr, n in (
-                ("encoding", "megatron_endprompt.data.samples", "SampleMaker.add_document", 3),
-                ("late", "megatron_endprompt.data.samples", "SampleMaker.add_document", 30))]
+                ("encoding", "megatron_endprompt.data.prepare.samples", "SampleMaker.add_document", 3),
+                ("late", "megatron_endprompt.data.prepare.samples", "SampleMaker.add_document", 30))]
 
 
 def _datasets_after_repreprocess(fx, d, argv):
@@ -278,8 +278,8 @@ def _datasets_after_repreprocess(fx, d, argv):
 
     from megatron_endprompt.cli import preprocess as preprocess_cli
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-    from megatron_endprompt.data.sidecar import open_sidecar
-    from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+    from megatron_endprompt.data.sidecar.sidecar import open_sidecar
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
     from sweep_fixtures import L, P
 
     prefix = os.path.join(d, "ep")

@@ -96,7 +96,7 @@ def build(root: str) -> SimpleNamespace:
     """Everything the cases need, under ``root`` (created)."""
     from megatron_endprompt.cli import convert as convert_cli
     from megatron_endprompt.cli import preprocess as preprocess_cli
-    from megatron_endprompt.data.synthetic import train_sentencepiece, write_corpus
+    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
 
     os.makedirs(root, exist_ok=True)
     fx = SimpleNamespace(root=root)

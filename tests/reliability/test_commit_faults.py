@@ -18,14 +18,14 @@ import sys
 
 import pytest
 
-from megatron_endprompt.data.atomic_output import (
+from megatron_endprompt.data.prepare.atomic_output import (
     COMMIT_STEPS,
     FAULT_ENV,
     PrefixWriter,
     ensure_committed,
     prefix_lock,
 )
-from megatron_endprompt.data.sidecar import read_sidecar
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar
 from megatron_endprompt.errors import UserError
 
 SUFFIXES = (".bin", ".idx", ".endprompt")
@@ -122,7 +122,7 @@ def test_second_writer_refused_while_first_holds_the_prefix(tmp_path):
 
 def test_lock_is_exclusive_across_processes(tmp_path):
     prefix = str(tmp_path / "data")
-    code = ("import sys; from megatron_endprompt.data.atomic_output import prefix_lock\n"
+    code = ("import sys; from megatron_endprompt.data.prepare.atomic_output import prefix_lock\n"
             "from megatron_endprompt.errors import UserError\n"
             "try:\n    with prefix_lock(sys.argv[1]): pass\n"
             "except UserError as e:\n    print(e); sys.exit(3)\n")

@@ -12,10 +12,10 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from torch.utils.data import default_collate
 
 from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-from megatron_endprompt.data.terminal_spec import TerminalSpec
-from megatron_endprompt.data.sidecar import read_sidecar, sidecar_path
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.layout import LayoutConfig
 
 P, B, VOCAB = 16, 4, 500

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar import sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 from megatron_endprompt.errors import UserError, run_cli
 
 SPM_P, SPM_L = 64, 512  # the layout of the session fixture ``spm_args`` (tests/conftest.py)
@@ -38,7 +38,7 @@ def _base(prefix, cache, tok, *extra):
 
 
 def test_matching_tokenizer_passes_and_verifies_once(prefix, spm_corpus, tmp_path, monkeypatch):
-    from megatron_endprompt.data import trust
+    from megatron_endprompt.data.sidecar import trust
     from megatron_endprompt.training.args import check_sidecars
 
     tok = ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", spm_corpus.model]
@@ -65,7 +65,7 @@ def test_other_tokenizer_is_refused_naming_both(prefix, spm_corpus, tmp_path, mo
     if other == "null":
         tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", "400"]
     else:
-        from megatron_endprompt.data.synthetic import train_sentencepiece
+        from megatron_endprompt.data.prepare.synthetic import train_sentencepiece
 
         model = train_sentencepiece(spm_corpus.path, str(tmp_path / "spm2"), vocab_size=420)
         tok = ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", model]

@@ -10,7 +10,7 @@ import glob
 
 import pytest
 
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
 from megatron_endprompt.training.loss import read_loss_log
 

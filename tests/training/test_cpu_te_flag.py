@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 from megatron_endprompt.launch import free_port
 

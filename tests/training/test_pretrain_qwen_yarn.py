@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
 

@@ -18,7 +18,7 @@ import torch
 
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
 from megatron_endprompt.training.loss import read_loss_log
-from megatron_endprompt.data.motif_corpus import write_motif_prefix
+from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 
 pytestmark = pytest.mark.slow
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron_endprompt.data.prompts import default_terminal_loss_weight
+from megatron_endprompt.data.sidecar.prompts import default_terminal_loss_weight
 from megatron_endprompt.layout import LayoutConfig
 
 TERMINAL_SOURCES: tuple[str, ...] = ("continuation", "document-tail", "prompt")
-"""``--terminal-source`` choices (see :mod:`~megatron_endprompt.data.samples`)."""
+"""``--terminal-source`` choices (see :mod:`~megatron_endprompt.data.prepare.samples`)."""
 
 SEED_LIMIT = 2**63
 """Seeds are in ``[0, 2**63)``: numpy seeds are non-negative and the header stores an int64."""

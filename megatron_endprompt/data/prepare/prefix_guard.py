@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 
-from megatron_endprompt.data.sidecar import SUFFIX, SidecarHeader, open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import SUFFIX, SidecarHeader, open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
 __all__ = ["run_id", "same_file", "check_shard_set", "check_sidecar_target",

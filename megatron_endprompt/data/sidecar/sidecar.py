@@ -7,17 +7,17 @@ without PoSE), i.e. ~0.02% of the ``.bin`` at P=8192, and stock Megatron still r
 ``.bin/.idx`` unchanged. Several layouts of one corpus live side by side as named sidecars,
 ``PREFIX.NAME.endprompt`` (:func:`sidecar_path`).
 
-File format: :mod:`~megatron_endprompt.data.sidecar_format`.
+File format: :mod:`~megatron_endprompt.data.sidecar.sidecar_format`.
 
 Two levels of checking (issue 15: a 1T-token corpus has a ~20 GB ``.idx``):
 
 * :func:`open_sidecar` — cheap, every rank, every start: header checksum, every header value
-  validated (:mod:`~megatron_endprompt.data.sidecar_checks`), file sizes of the sidecar,
+  validated (:mod:`~megatron_endprompt.data.sidecar.sidecar_checks`), file sizes of the sidecar,
   ``.bin`` and ``.idx``; records memory-mapped, never copied.
 * :func:`verify_sidecar` — full: records CRC and layout consistency (read in chunks), the
   ``sources`` CRC and span bounds, and the
   ``.idx`` SHA-256. Runs at preprocessing and once per file identity (see
-  :mod:`~megatron_endprompt.data.trust`), not on every rank.
+  :mod:`~megatron_endprompt.data.sidecar.trust`), not on every rank.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from megatron_endprompt.data import sidecar_format
-from megatron_endprompt.data.sidecar_checks import check_records, validate_header
-from megatron_endprompt.data.sidecar_format import (
+from megatron_endprompt.data.sidecar import sidecar_format
+from megatron_endprompt.data.sidecar.sidecar_checks import check_records, validate_header
+from megatron_endprompt.data.sidecar.sidecar_format import (
     FIXED,
     MAGIC,
     MAX_HEADER,
@@ -49,7 +49,7 @@ from megatron_endprompt.data.sidecar_format import (
     records_crc32,
     sidecar_path,
 )
-from megatron_endprompt.data.span_scan import verify_sources
+from megatron_endprompt.data.sidecar.span_scan import verify_sources
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -244,7 +244,7 @@ def read_sidecar(path: str, *, prefix: str | None = None, verify: bool = True) -
     it belongs to ``PREFIX.bin/.idx`` (sizes always; the ``.idx`` hash when ``verify``).
 
     For tools that read one sidecar once; the trainer uses
-    :func:`megatron_endprompt.data.trust.ensure_verified` (verify once per file identity).
+    :func:`megatron_endprompt.data.sidecar.trust.ensure_verified` (verify once per file identity).
     """
     sidecar = open_sidecar(path)
     if verify:

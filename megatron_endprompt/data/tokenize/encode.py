@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from megatron_endprompt.data.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.read_input import parse_line
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tokenize.read_input import parse_line
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def fast_backend(tokenizer):
     """The ``tokenizers.Tokenizer`` behind a Megatron ``HuggingFaceTokenizer`` whose
     ``tokenize`` is ``hf_tokenizer(text).input_ids`` (fast tokenizer, special tokens
     included, Megatron's default), else ``None``; a
-    :class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer`'s own backend (it stands
+    :class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`'s own backend (it stands
     for Megatron's only where the two were found equal)."""
     if isinstance(tokenizer, JsonTokenizer):
         return tokenizer.backend

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from megatron_endprompt.data.terminal_spec import check_source
+from megatron_endprompt.data.sidecar.terminal_spec import check_source
 from megatron_endprompt.layout import LayoutConfig, make_record, sample_rng
 
 

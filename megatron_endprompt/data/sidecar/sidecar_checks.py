@@ -13,9 +13,9 @@ from dataclasses import fields
 
 import numpy as np
 
-from megatron_endprompt.data.sidecar_format import REBUILD, SidecarHeader
-from megatron_endprompt.data.terminal_spec import SEED_LIMIT
-from megatron_endprompt.data.terminal_spec import TERMINAL_SOURCES as SOURCES
+from megatron_endprompt.data.sidecar.sidecar_format import REBUILD, SidecarHeader
+from megatron_endprompt.data.sidecar.terminal_spec import SEED_LIMIT
+from megatron_endprompt.data.sidecar.terminal_spec import TERMINAL_SOURCES as SOURCES
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import PLACEMENTS, LayoutConfig, context_lengths
 

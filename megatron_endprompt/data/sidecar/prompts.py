@@ -1,7 +1,7 @@
 """Terminal prompts: the short texts that close a sample when ``--terminal-source prompt``.
 
 Prompts are spliced into the middle of the token stream, so they are tokenized with *no*
-special tokens added (:func:`~megatron_endprompt.data.tokenizer.encode_plain`): a Llama-3
+special tokens added (:func:`~megatron_endprompt.data.tokenize.tokenizer.encode_plain`): a Llama-3
 tokenizer would otherwise start every terminal with ``<|begin_of_text|>``.
 
 Defaults follow the paper (arXiv 2603.02302): ``--terminal-prompts`` names a built-in set or a
@@ -68,7 +68,7 @@ def default_terminal_loss_weight(terminal_source: str) -> float:
 
 def eot_id(tokenizer: Any) -> int | None:
     """The id of ``<|eot_id|>`` when the tokenizer has it as one token, else ``None``."""
-    from megatron_endprompt.data.tokenizer import encode_plain, token_text
+    from megatron_endprompt.data.tokenize.tokenizer import encode_plain, token_text
 
     ids = encode_plain(tokenizer, EOT_TOKEN)
     if len(ids) == 1 and token_text(tokenizer, ids[0]) == EOT_TOKEN:
@@ -78,7 +78,7 @@ def eot_id(tokenizer: Any) -> int | None:
 
 def ep2_note(tokenizer: Any) -> str:
     """What the built-in EP2 (``<eot>``) is under ``tokenizer``, for the summary."""
-    from megatron_endprompt.data.tokenizer import token_text
+    from megatron_endprompt.data.tokenize.tokenizer import token_text
 
     if eot_id(tokenizer) is not None:
         return f"{EOT_TOKEN} (the paper's EP2)"
@@ -111,7 +111,7 @@ def load_prompts(path: str | None) -> list[str]:
 
 def tokenize_prompt(prompt: str, tokenizer: Any) -> np.ndarray:
     """Token ids (int64) of one prompt, no special token added; see the module docstring."""
-    from megatron_endprompt.data.tokenizer import encode_plain
+    from megatron_endprompt.data.tokenize.tokenizer import encode_plain
 
     if prompt == EOD_PROMPT:
         ids = [tokenizer.eod]

@@ -10,8 +10,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from megatron_endprompt.data.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, vocab_fingerprint
+from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, vocab_fingerprint
 from megatron_endprompt.errors import UserError
 
 _NEEDS_FILE = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
@@ -115,7 +115,7 @@ def token_text(tokenizer: Any, token_id: int) -> str | None:
 
 
 def json_detokenizer(recorded: TokenizerIdentity) -> JsonTokenizer | None:
-    """A :class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer` (what Megatron's
+    """A :class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer` (what Megatron's
     ``HuggingFaceTokenizer.detokenize`` does, without importing torch, Megatron-Core and
     transformers: ~4 s of CPU) for a recorded ``HuggingFaceTokenizer`` identity whose
     directory still holds a ``tokenizer.json`` with the same vocabulary fingerprint; else

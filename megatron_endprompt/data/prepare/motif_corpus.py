@@ -13,9 +13,9 @@ import numpy as np
 def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab: int,
                        docs: int = 150, terminal_length: int = 8, **layout: object) -> str:
     """``root/ep`` (.bin/.idx/.endprompt) from ``docs`` documents of a 6-token motif x 12."""
-    from megatron_endprompt.data.preprocess import PreprocessOptions, preprocess
-    from megatron_endprompt.data.terminal_spec import TerminalSpec
-    from megatron_endprompt.data.tokenizer import TokenizerSpec
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
+    from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
     from megatron_endprompt.layout import LayoutConfig
 
     rng = np.random.default_rng(0)

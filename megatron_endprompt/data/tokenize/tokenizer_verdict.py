@@ -5,15 +5,15 @@ Preprocessing with ``--tokenizer-type HuggingFaceTokenizer`` needs Megatron's to
 for its ids and identity; building it imports torch, Megatron-Core and transformers (~6 CPU-s,
 most of a run on a small corpus). :func:`preprocessing_tokenizer` builds it the first time
 (the *cold* run) and compares it with a
-:class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer` of the same directory:
+:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer` of the same directory:
 
 * the serialized backend (``to_str()``: model, normalizer, pre-tokenizer, post-processor,
   added tokens) is the one transformers built (so a ``tokenizer_config.json`` token that
   transformers adds makes them differ);
-* the identity (:func:`~megatron_endprompt.data.tokenizer_identity.tokenizer_identity`:
+* the identity (:func:`~megatron_endprompt.data.tokenize.tokenizer_identity.tokenizer_identity`:
   vocabulary size, EOD, fingerprint of the id -> token table) is equal;
 * ``tokenize`` (special tokens around the text) and the plain encoding (prompts) give the same
-  ids on :data:`~megatron_endprompt.data.tiktoken_encoder.STRESS_TEXTS` and the added tokens'
+  ids on :data:`~megatron_endprompt.data.tokenize.tiktoken_encoder.STRESS_TEXTS` and the added tokens'
   literals.
 
 When all hold, the verdict is written (atomically) to ``CACHE/tokenizer-verdicts/KEY.json``,
@@ -37,11 +37,11 @@ import time
 from importlib import metadata
 from typing import Any
 
-from megatron_endprompt.data.encode import fast_backend
-from megatron_endprompt.data.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.tiktoken_encoder import STRESS_TEXTS
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
-from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.data.tokenize.encode import fast_backend
+from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
+from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.disk import write_text
 
 VERDICT_VERSION = 1

@@ -16,7 +16,7 @@ File format (little endian), version 2::
     padding      zeros, to a multiple of 8 bytes
     records      int32 [num_samples, record_width]
     sources      int64 [sources.length] (only for a sidecar over an existing corpus, see
-                 :mod:`~megatron_endprompt.data.spans`; its length and CRC-32 are in the
+                 :mod:`~megatron_endprompt.data.sidecar.spans`; its length and CRC-32 are in the
                  header, so the header checksum covers them)
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from megatron_endprompt.data.tokenizer_identity import TokenizerIdentity
+from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
 
@@ -146,7 +146,7 @@ class SidecarHeader:
 
     tokenizer: dict = field(default_factory=dict)
     """Tokenizer identity in its on-disk form
-    (:meth:`~megatron_endprompt.data.tokenizer_identity.TokenizerIdentity.as_dict`: type, model,
+    (:meth:`~megatron_endprompt.data.tokenize.tokenizer_identity.TokenizerIdentity.as_dict`: type, model,
     vocab_size, eod, fingerprint); empty when unknown (no check at training). Read it as
     :attr:`tokenizer_identity`."""
 

@@ -1,18 +1,18 @@
 """The tiktoken path of preprocessing: :class:`TiktokenEncoder` and the id probe that admits it.
 
-A byte-level BPE ``tokenizer.json`` that :func:`~megatron_endprompt.data.tiktoken_bpe.convert`
+A byte-level BPE ``tokenizer.json`` that :func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.convert`
 accepts is encoded by ``tiktoken`` (~5x less CPU per token than HF ``tokenizers``), but only
 after :func:`probe_tiktoken` found the same ids as Megatron's own tokenizer on the first
 documents and on :data:`STRESS_TEXTS` (digit runs, contractions in both cases, whitespace and
 newline runs, scripts with combining marks, emoji sequences, special-token literals). Either
 failure falls back to the HF path with one line saying why. When a cached verdict
-(:mod:`~megatron_endprompt.data.tokenizer_verdict`) says ``tokenizer.json`` alone is Megatron's
+(:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict`) says ``tokenizer.json`` alone is Megatron's
 tokenizer, "Megatron's" ids here are those of its ``tokenizers`` stand-in
-(:class:`~megatron_endprompt.data.json_tokenizer.JsonTokenizer`), and the line says so.
+(:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`), and the line says so.
 
-Same guarantees as the HF fast path (:class:`~megatron_endprompt.data.encode.FastEncoder`):
+Same guarantees as the HF fast path (:class:`~megatron_endprompt.data.tokenize.encode.FastEncoder`):
 ``--workers`` threads (tiktoken releases the GIL), documents longer than ``_CHUNK_CHARS``
-encoded chunk by chunk at :func:`~megatron_endprompt.data.encode.chunk_cuts` (bounded
+encoded chunk by chunk at :func:`~megatron_endprompt.data.tokenize.encode.chunk_cuts` (bounded
 memory, same ids), the post-processor's ids (Llama-3's ``<|begin_of_text|>``) put around each
 document, EOD appended when asked. Lone surrogates are refused *before* tiktoken sees them
 (it would silently replace them).
@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from megatron_endprompt.data import encode
-from megatron_endprompt.data.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.tiktoken_bpe import convert
+from megatron_endprompt.data.tokenize import encode
+from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tokenize.tiktoken_bpe import convert
 
 #: Texts on which tiktoken and the HF engine are most likely to differ.
 STRESS_TEXTS: tuple[str, ...] = (

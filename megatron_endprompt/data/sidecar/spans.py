@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from megatron_endprompt.data.indexed_io import CorpusReader
+from megatron_endprompt.data.sidecar.indexed_io import CorpusReader
 from megatron_endprompt.errors import UserError
 
 EOD_PIECE = -1

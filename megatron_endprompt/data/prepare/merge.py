@@ -1,14 +1,14 @@
 """Merge preprocessed shards (``PREFIX_partI_of_N``) into one prefix.
 
 The ``.bin/.idx`` are concatenated as Megatron's ``IndexedDatasetBuilder.add_index`` does
-(:class:`~megatron_endprompt.data.indexed_io.IndexedWriter`: the same bytes, without importing
+(:class:`~megatron_endprompt.data.sidecar.indexed_io.IndexedWriter`: the same bytes, without importing
 torch), so the merged corpus is byte for byte what one run over all the inputs writes. The
 sidecars' records are concatenated unchanged (each shard drew its layouts from ``(seed, partition,
 sample)``); their spans are shifted by the tokens of the shards before them; the fingerprints
 of the merged ``.idx``/``.bin`` and the header checksum are recomputed (by
-:func:`~megatron_endprompt.data.sidecar.write_sidecar`), and the shards' tokenizer identity is
+:func:`~megatron_endprompt.data.sidecar.sidecar.write_sidecar`), and the shards' tokenizer identity is
 carried over. The output is committed like preprocessing's
-(:class:`~megatron_endprompt.data.atomic_output.PrefixWriter`: prefix lock, journaled
+(:class:`~megatron_endprompt.data.prepare.atomic_output.PrefixWriter`: prefix lock, journaled
 all-or-nothing commit). Shards with different layout parameters, terminal settings or
 tokenizers are refused: their samples would not belong to one run.
 """
@@ -20,14 +20,14 @@ from dataclasses import asdict
 
 import numpy as np
 
-from megatron_endprompt.data.atomic_output import PrefixWriter
-from megatron_endprompt.data.indexed_io import IndexedWriter, IndexReader
-from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_shard_set,
+from megatron_endprompt.data.prepare.atomic_output import PrefixWriter
+from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter, IndexReader
+from megatron_endprompt.data.prepare.prefix_guard import (check_other_sidecars, check_shard_set,
                                                   check_sidecar_target, same_file)
-from megatron_endprompt.data.bin_checksum import bin_block_crcs
-from megatron_endprompt.data.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,
+from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs
+from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, file_fingerprint, read_sidecar,
                                              sidecar_path, write_sidecar)
-from megatron_endprompt.data.spans import pack_sources, sidecar_pieces
+from megatron_endprompt.data.sidecar.spans import pack_sources, sidecar_pieces
 from megatron_endprompt.disk import check_writable
 from megatron_endprompt.errors import UserError
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from megatron_endprompt.data import spans
-from megatron_endprompt.data.sidecar_format import chunked_crc32, file_crc32
-from megatron_endprompt.data.spans import EOD_PIECE, SpanIndex
+from megatron_endprompt.data.sidecar import spans
+from megatron_endprompt.data.sidecar.sidecar_format import chunked_crc32, file_crc32
+from megatron_endprompt.data.sidecar.spans import EOD_PIECE, SpanIndex
 from megatron_endprompt.errors import UserError
 
 _NONE = np.iinfo(np.int64).max
@@ -158,7 +158,7 @@ def _windows_within(index: SpanIndex, lo: int, hi: int, block: int):
 
 def verify_sources(sidecar, rebuild: str, *, block: int | None = None) -> None:
     """Full check of a spans sidecar's ``sources`` (part of
-    :func:`~megatron_endprompt.data.sidecar.verify_sidecar`): CRC-32, then every sample's
+    :func:`~megatron_endprompt.data.sidecar.sidecar.verify_sidecar`): CRC-32, then every sample's
     pieces add up to ``P + 1`` tokens, stream pieces lie inside the ``.bin``, markers name an
     existing prompt (with its length) or the EOD token (length 1). One pass over blocks of
     ``block`` samples (default :data:`~.spans.BLOCK`) after the checksum's sequential read;

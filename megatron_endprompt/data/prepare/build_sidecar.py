@@ -3,7 +3,7 @@
 Why: re-tokenizing a corpus for every layout (L = 32K/64K/128K, fixed or random, several
 ``b``) costs hours; the layout needs only token *positions*. The documents come from the
 ``.idx`` (Megatron's document boundaries), the sample cutting is exactly
-:class:`~megatron_endprompt.data.samples.SampleMaker`'s (continuation / document-tail /
+:class:`~megatron_endprompt.data.prepare.samples.SampleMaker`'s (continuation / document-tail /
 prompt), and each sample is stored as a span row (see :mod:`.spans`) next to its layout record.
 
 How the cutting is reused without copying tokens: the maker is fed, per document, the *stream
@@ -14,9 +14,9 @@ span row is read off. Same code, same per-sample draws ``sample_rng(seed, i)``, 
 contiguous positions, counted).
 
 Writing: standalone, the sidecar goes to a temporary name and is renamed into place under the
-prefix lock (:func:`~megatron_endprompt.data.atomic_output.prefix_lock`), so it never meets a
+prefix lock (:func:`~megatron_endprompt.data.prepare.atomic_output.prefix_lock`), so it never meets a
 concurrent preprocessing of the same prefix and a crash leaves the previous sidecar; inside
-preprocessing it is one of :class:`~megatron_endprompt.data.atomic_output.PrefixWriter`'s
+preprocessing it is one of :class:`~megatron_endprompt.data.prepare.atomic_output.PrefixWriter`'s
 temporaries. The tokenizer identity is recorded when a tokenizer is given, else none (the
 trainer then warns that it cannot check it).
 """
@@ -28,23 +28,23 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from megatron_endprompt.data.bin_checksum import bin_block_crcs
-from megatron_endprompt.data.indexed_io import IndexReader
-from megatron_endprompt.data.prefix_guard import check_sidecar_target
-from megatron_endprompt.data.progress import Progress
-from megatron_endprompt.data.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
-from megatron_endprompt.data.samples import SampleMaker
-from megatron_endprompt.data.sidecar import (
+from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs
+from megatron_endprompt.data.sidecar.indexed_io import IndexReader
+from megatron_endprompt.data.prepare.prefix_guard import check_sidecar_target
+from megatron_endprompt.data.prepare.progress import Progress
+from megatron_endprompt.data.sidecar.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
+from megatron_endprompt.data.prepare.samples import SampleMaker
+from megatron_endprompt.data.sidecar.sidecar import (
     SidecarHeader,
     check_sidecar_name,
     file_fingerprint,
     sidecar_path,
     write_sidecar,
 )
-from megatron_endprompt.data.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
-from megatron_endprompt.data.terminal_spec import TerminalSpec
-from megatron_endprompt.data.tokenizer import TokenizerSpec, build_tokenizer
-from megatron_endprompt.data.tokenizer_identity import tokenizer_identity
+from megatron_endprompt.data.sidecar.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
+from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
+from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
 from megatron_endprompt.disk import atomic_path, remove_stale_temporaries
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.layout import LayoutConfig
@@ -118,7 +118,7 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
     built one. Standalone (no ``out_path``), the whole build holds ``PREFIX.lock``."""
     if out_path is not None:
         return _build(opts, bin_path, idx_path, out_path, tokenizer, extra_stats)
-    from megatron_endprompt.data.atomic_output import (
+    from megatron_endprompt.data.prepare.atomic_output import (
         check_output_prefix,
         finish_interrupted_commit,
         prefix_lock,

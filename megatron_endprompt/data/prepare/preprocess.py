@@ -1,16 +1,16 @@
 """JSONL -> Megatron ``PREFIX.bin/.idx`` (the tokenized documents) + EndPrompt sidecar.
 
 Pipeline: tokenize, then build the sidecar on the same code as for any existing corpus
-(:mod:`~megatron_endprompt.data.build_sidecar`). Documents are read in order (a partition of
+(:mod:`~megatron_endprompt.data.prepare.build_sidecar`). Documents are read in order (a partition of
 the inputs with ``--partitions/--partition-index``), tokenized by
-:mod:`~megatron_endprompt.data.encode` (Rust batches for HF fast tokenizers, else a worker
+:mod:`~megatron_endprompt.data.tokenize.encode` (Rust batches for HF fast tokenizers, else a worker
 pool) and streamed one document per sequence into
-:class:`~megatron_endprompt.data.indexed_io.IndexedWriter` — byte for byte the ``.bin/.idx``
+:class:`~megatron_endprompt.data.sidecar.indexed_io.IndexedWriter` — byte for byte the ``.bin/.idx``
 Megatron-LM's ``tools/preprocess_data.py`` writes through ``IndexedDatasetBuilder`` — so one
 tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
-before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.early_encode`), its
+before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.tokenize.early_encode`), its
 work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names,
-committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprompt.data.atomic_output`).
+committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprompt.data.prepare.atomic_output`).
 """
 
 from __future__ import annotations
@@ -20,20 +20,20 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from megatron_endprompt.data.atomic_output import PrefixWriter, check_output_prefix
-from megatron_endprompt.data.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
-from megatron_endprompt.data.early_encode import EarlyEncoding, tokenizer_json
-from megatron_endprompt.data.encode import fast_encoded, first_texts, pool_encoded
-from megatron_endprompt.data.indexed_io import IndexedWriter, optimal_dtype
-from megatron_endprompt.data.prefix_guard import (check_other_sidecars, check_sidecar_target,
+from megatron_endprompt.data.prepare.atomic_output import PrefixWriter, check_output_prefix
+from megatron_endprompt.data.prepare.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
+from megatron_endprompt.data.tokenize.early_encode import EarlyEncoding, tokenizer_json
+from megatron_endprompt.data.tokenize.encode import fast_encoded, first_texts, pool_encoded
+from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter, optimal_dtype
+from megatron_endprompt.data.prepare.prefix_guard import (check_other_sidecars, check_sidecar_target,
                                                   run_id)
-from megatron_endprompt.data.progress import Progress
-from megatron_endprompt.data.read_input import expand_inputs, input_range, read_lines
-from megatron_endprompt.data.sidecar import check_sidecar_name, open_sidecar, sidecar_path
-from megatron_endprompt.data.terminal_spec import TerminalSpec
-from megatron_endprompt.data.tiktoken_encoder import BACKENDS, choose_encoder
-from megatron_endprompt.data.tokenizer import TokenizerSpec
-from megatron_endprompt.data.tokenizer_verdict import preprocessing_tokenizer
+from megatron_endprompt.data.prepare.progress import Progress
+from megatron_endprompt.data.tokenize.read_input import expand_inputs, input_range, read_lines
+from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name, open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+from megatron_endprompt.data.tokenize.tiktoken_encoder import BACKENDS, choose_encoder
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
+from megatron_endprompt.data.tokenize.tokenizer_verdict import preprocessing_tokenizer
 from megatron_endprompt import runtime
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig
@@ -140,7 +140,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         opts.tokenizer, backend=None if early is None else early.backend)
     sidecar_opts = opts.sidecar_options()
     if opts.terminal.is_prompt:  # refuse prompts that do not fit before tokenizing
-        from megatron_endprompt.data.prompts import load_prompts, tokenize_prompts
+        from megatron_endprompt.data.sidecar.prompts import load_prompts, tokenize_prompts
 
         for ids in tokenize_prompts(load_prompts(opts.terminal.prompts), tokenizer):
             try:

@@ -1,0 +1,1 @@
+"""Writing a prefix: preprocess, sidecar building, merge, the atomic commit, generated corpora."""

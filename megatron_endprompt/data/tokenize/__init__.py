@@ -1,0 +1,1 @@
+"""Input text and its token ids: JSONL reading, tokenizers, identity, fast encoding paths."""
