@@ -108,7 +108,7 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
         ref = original(input_ids=ids, position_ids=pos).logits
     mg = _megatron_logits(base, ids, pos)[..., :ref.shape[-1]]
     diff = (mg - ref).abs().max().item()
-    print(f"max |logit diff| Megatron vs HF at EndPrompt positions: {diff:.2e}")
+    _stage(f"max |logit diff| Megatron vs HF at EndPrompt positions: {diff:.2e}")
     assert diff <= 1e-3
 
     _stage('preprocess')
@@ -161,7 +161,7 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
         logits = original(input_ids=torch.as_tensor(sample[None, :P]),
                           position_ids=torch.as_tensor(positions[None])).logits
     hf_loss = torch.nn.functional.cross_entropy(logits[0], torch.as_tensor(sample[1:])).item()
-    print(f"iteration 1 loss: Megatron {exact[1]:.6f}, HF {hf_loss:.6f}")
+    _stage(f"iteration 1 loss: Megatron {exact[1]:.6f}, HF {hf_loss:.6f}")
     assert exact[1] == pytest.approx(hf_loss, abs=1e-4)
 
     _stage('export')
@@ -175,7 +175,7 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
     new_tokenizer = AutoTokenizer.from_pretrained(exported)
     assert new_tokenizer.chat_template == tokenizer.chat_template
     got, want = _answers(model, new_tokenizer), _answers(original, tokenizer)
-    print("answers:", [tokenizer.decode(a) for a in want])
+    _stage(f"answers: {[tokenizer.decode(a) for a in want]}")
     assert got == want and all(len(a) > 0 for a in want)
     _stage("done")
 
@@ -184,7 +184,8 @@ _T0 = [time.monotonic()]
 
 
 def _stage(name: str) -> None:
-    print(f"[{time.monotonic() - _T0[0]:6.1f} s] {name}", flush=True)
+    """A timed line on the real stderr (``run_tool`` captures sys.stdout/sys.stderr)."""
+    print(f"[{time.monotonic() - _T0[0]:6.1f} s] {name}", file=sys.__stderr__, flush=True)
 
 
 def _free_port() -> int:
