@@ -46,7 +46,8 @@ usage() {
   cat <<'EOF'
 Usage: [VAR=value ...] bash examples/pretrain_llama3_endprompt.sh [--dry-run] [--help] [FLAGS...]
 
-Launches `torchrun -m megatron_endprompt.training.pretrain` for Llama-3 8B, 8K -> 64K EndPrompt.
+Launches `torchrun -m megatron_endprompt.training.pretrain`, 8K -> 64K EndPrompt, for the model
+CHECKPOINT_IN holds (Llama-3 8B when it has no conversion record).
 Run once per node (examples/slurm/pretrain_llama3_endprompt.sbatch does it on SLURM). FLAGS are
 extra Megatron flags appended last (they override the script's).
 
@@ -68,14 +69,20 @@ Data and model
                     --endprompt-replay-prefixes (default: none)
   TOKENIZER_TYPE    Megatron tokenizer type (HuggingFaceTokenizer)
   SEQ_LENGTH        P, physical length; usually L0, may be below it (8192)
-  ORIGINAL_LENGTH   L0, the model's original window (--max-position-embeddings) (8192)
+  ORIGINAL_LENGTH   L0, the model's original window (--max-position-embeddings) (the
+                    checkpoint's, else 8192)
   TARGET_LENGTH     L, the window trained for; must match the sidecars (65536)
   PI_FACTOR         s, RoPE positions divided by s (unset: ceil(L / L0); PI_FACTOR x L0 >= L)
   SIDECAR_NAME      named layout: read PREFIX.NAME.endprompt (unset: PREFIX.endprompt)
   SPLIT             Megatron --split train,valid,test (998,1,1); small corpora need e.g. 90,5,5
   SEED              --seed (1234)
+  The model (layers, hidden, heads, KV groups, FFN, norm epsilon, RoPE base, tied embeddings)
+  is CHECKPOINT_IN's: hf-to-megatron records it beside the checkpoint
+  (endprompt_conversion.json) and no model flag is needed; a variable or extra flag that
+  contradicts it is refused. Without that record, Llama-3 8B with:
   ROPE_BASE         RoPE base; Llama-3 keeps 500000 (500000)
   NUM_QUERY_GROUPS  KV heads (8)            FFN_HIDDEN   FFN size (14336)
+  PRECISION         bf16, fp16 or fp32 (fp32: no --bf16/--fp16) (bf16)
 
 Parallelism and launch (torchrun)
   NNODES (SLURM_NNODES or 1)   NODE_RANK (SLURM_NODEID or 0)   GPUS_PER_NODE (8)
@@ -131,6 +138,13 @@ CHECKPOINT_OUT=${CHECKPOINT_OUT:-<CHECKPOINT_OUT>}
 TOKENIZER=${TOKENIZER:-<TOKENIZER>}
 [ -n "${DATA_BLEND:-}" ] || DATA_PREFIX=${DATA_PREFIX:-<DATA_PREFIX>}
 
+# the model's shape: taken from CHECKPOINT_IN's conversion record when it has one (the checks
+# refuse a given value that contradicts it); these defaults (Llama-3 8B) apply otherwise
+MODEL_VARS_GIVEN=
+for var in ROPE_BASE NUM_QUERY_GROUPS FFN_HIDDEN ORIGINAL_LENGTH; do
+  [ -z "${!var:-}" ] || MODEL_VARS_GIVEN+=" $var"
+done
+
 NNODES=${NNODES:-${SLURM_NNODES:-1}}
 NODE_RANK=${NODE_RANK:-${SLURM_NODEID:-0}}
 MASTER_ADDR=${MASTER_ADDR:-localhost}
@@ -171,6 +185,13 @@ LOG_INTERVAL=${LOG_INTERVAL:-1}
 TENSORBOARD_DIR=${TENSORBOARD_DIR:-$CHECKPOINT_OUT/tensorboard}
 EXIT_SIGNAL=${EXIT_SIGNAL:-SIGTERM}
 SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-600}
+PRECISION=${PRECISION:-bf16}
+case "$PRECISION" in
+  bf16) PRECISION_ARGS=(--bf16) ;;
+  fp16) PRECISION_ARGS=(--fp16) ;;
+  fp32) PRECISION_ARGS=() ;;
+  *) echo "error: PRECISION=$PRECISION: give bf16, fp16 or fp32" >&2; exit 2 ;;
+esac
 
 EXIT_SIGNAL=SIG${EXIT_SIGNAL#SIG}
 if ! kill -l "$EXIT_SIGNAL" >/dev/null 2>&1; then
@@ -186,25 +207,32 @@ CHECK_VARS=()
 for var in NNODES NODE_RANK GPUS_PER_NODE MASTER_PORT TP PP CP SEQUENCE_PARALLEL MICRO_BATCH \
            GLOBAL_BATCH TRAIN_ITERS SEQ_LENGTH ORIGINAL_LENGTH TARGET_LENGTH PI_FACTOR \
            NUM_QUERY_GROUPS WARMUP_ITERS SAVE_INTERVAL EVAL_INTERVAL EVAL_ITERS LOG_INTERVAL SEED \
-           SPLIT SIDECAR_NAME DATA_PREFIX DATA_BLEND REPLAY_PREFIXES TOKENIZER CHECKPOINT_IN; do
+           SPLIT SIDECAR_NAME DATA_PREFIX DATA_BLEND REPLAY_PREFIXES TOKENIZER CHECKPOINT_IN \
+           ROPE_BASE FFN_HIDDEN MODEL_VARS_GIVEN; do
   CHECK_VARS+=("$var=${!var:-}")
 done
+MODEL_FLAGS=()   # set by the checks from CHECKPOINT_IN's conversion record, if it has one
 derived=$("$PYTHON" -m megatron_endprompt.cli.launch_check "${CHECK_VARS[@]}" -- "${EXTRA[@]}") \
-  || exit 2   # EXTRA: unknown options (e.g. --dryrun) refused before torchrun
+  || exit 2   # EXTRA: unknown options (e.g. --dryrun) and flags contradicting the checkpoint refused
 eval "$derived"
+if [ "${#MODEL_FLAGS[@]}" = 0 ]; then   # no record: Llama-3 8B
+  MODEL_FLAGS=(
+    --num-layers 32 --hidden-size 4096 --ffn-hidden-size "$FFN_HIDDEN"
+    --num-attention-heads 32 --group-query-attention --num-query-groups "$NUM_QUERY_GROUPS"
+    --position-embedding-type rope --rotary-base "$ROPE_BASE"
+    --normalization RMSNorm --norm-epsilon 1e-5 --swiglu --disable-bias-linear
+    --untie-embeddings-and-output-weights --make-vocab-size-divisible-by 128
+  )
+fi
 
 SEQ_PARALLEL=()
 if [ "$SEQUENCE_PARALLEL" = 1 ]; then SEQ_PARALLEL=(--sequence-parallel); fi
 
 MODEL_ARGS=(
-  --num-layers 32 --hidden-size 4096 --ffn-hidden-size "$FFN_HIDDEN"
-  --num-attention-heads 32 --group-query-attention --num-query-groups "$NUM_QUERY_GROUPS"
+  "${MODEL_FLAGS[@]}"
   --seq-length "$SEQ_LENGTH" --max-position-embeddings "$ORIGINAL_LENGTH"
-  --position-embedding-type rope --rotary-base "$ROPE_BASE"
-  --normalization RMSNorm --norm-epsilon 1e-5 --swiglu --disable-bias-linear
-  --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0
+  --attention-dropout 0 --hidden-dropout 0
   --tokenizer-type "$TOKENIZER_TYPE" --tokenizer-model "$TOKENIZER"
-  --make-vocab-size-divisible-by 128
 )
 ENDPROMPT_ARGS=(
   --endprompt-target-length "$TARGET_LENGTH"
@@ -221,7 +249,7 @@ TRAIN_ARGS=(
   --train-iters "$TRAIN_ITERS" --seed "$SEED"
   --lr "$LR" --min-lr "$LR" --lr-decay-style constant --lr-warmup-iters "$WARMUP_ITERS"
   --weight-decay 0.0 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
-  --bf16 --calculate-per-token-loss
+  "${PRECISION_ARGS[@]}" --calculate-per-token-loss
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --transformer-impl transformer_engine --attention-backend auto
   --recompute-granularity selective

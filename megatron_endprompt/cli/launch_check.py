@@ -1,7 +1,8 @@
 """``python -m megatron_endprompt.cli.launch_check VAR=value ... [-- FLAGS...]``: the start-up
 checks of examples/pretrain_llama3_endprompt.sh (:mod:`megatron_endprompt.training.launch_check`;
 the extra Megatron FLAGS: :mod:`megatron_endprompt.training.launch_flags`).
-Prints the derived values as shell assignments (``PI_FACTOR=8``) for the script to ``eval``, or
+Prints the derived values as shell assignments (``PI_FACTOR=8``, ``MODEL_FLAGS=(...)`` from a
+converted checkpoint's record) for the script to ``eval``, or
 one ``error: ...`` line and exits 2."""
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from megatron_endprompt.training.launch_flags import check_extra_flags
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``VAR=value ... [-- EXTRA MEGATRON FLAGS]``; a list value prints as a bash array."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     env = dict(a.split("=", 1) for a in argv[:cut] if "=" in a)
-    derived = check_launch(env)
+    extra = argv[cut + 1:]
+    derived = check_launch(env, extra)
     runtime.quiet()  # Megatron's import chatter, when the flags need its parser
-    check_extra_flags(argv[cut + 1:])
+    check_extra_flags(extra)
     for key, value in derived.items():
-        print(f"{key}={shlex.quote(value)}")
+        if isinstance(value, list):
+            print(f"{key}=({' '.join(shlex.quote(v) for v in value)})")
+        else:
+            print(f"{key}={shlex.quote(value)}")
     return 0
 
 

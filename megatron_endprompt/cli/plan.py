@@ -24,6 +24,7 @@ from megatron_endprompt.planning.launch_vars import (
     LAUNCH_SCRIPT,
     checkpoint_bytes,
     launch_line,
+    model_note,
     script_defaults,
     wall_clock_hours,
 )
@@ -168,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ep = plans["endprompt"]
     print("\nlaunch (examples/pretrain_llama3_endprompt.sh variables, EndPrompt plan):")
     print(f"  {launch_line(settings, ep, gpus_per_node)}")
+    if (note := model_note(settings)) is not None:
+        print(f"  {note}")
     print(f"wall-clock: {wall_clock_hours(settings, ep):.2f} h for {settings.tokens:.3g} tokens "
           f"at {ep.tokens_per_second:,.0f} tokens/s (MFU {100 * settings.mfu:g}% of "
           f"{settings.gpu.peak_tflops:g} TFLOP/s bf16 peak on {settings.gpus} GPUs)")

@@ -45,11 +45,9 @@ from megatron_endprompt.conversion.output import (
     guarded_output,
 )
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.model_record import CONVERSION_RECORD
 
 __all__ = ["HFToMegatronOptions", "convert_hf_to_megatron", "dims_for"]
-
-#: Written next to the checkpoint: source, Megatron flags, vocabulary padding.
-CONVERSION_RECORD = "endprompt_conversion.json"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,9 @@
 """Perplexity per document, the PoSE / LongLoRA protocol (the sliding-window evaluation of the
 HF "Perplexity of fixed-length models" guide).
 
-Each document is tokenized on its own with BOS first (as the model sees a document start). At
+Each document is tokenized on its own, starting as the tokenizer starts a text (its BOS when it
+adds one: Llama; nothing for a tokenizer that adds none, e.g. SmolLM2, whose ``bos_token``
+``<|im_start|>`` opens a chat turn, not a document). At
 evaluation length ``L`` windows of at most ``L`` tokens start every ``stride`` tokens; a window
 scores only the tokens after the previous window's end (its new tokens), with everything before
 them in the window as context, so every token of the document is scored exactly once and BOS
@@ -68,16 +70,29 @@ def load_documents(path: str, *, key: str = "text", flag: str = "--ppl-data") ->
     return docs
 
 
+def document_start(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer puts before a text with its special tokens on (``[BOS]`` for
+    Llama, ``[]`` for one that adds none, even when it names a ``bos_token``)."""
+    probe = "a"
+    full = list(tokenizer(probe, add_special_tokens=True, verbose=False)["input_ids"])
+    plain = list(tokenizer(probe, add_special_tokens=False, verbose=False)["input_ids"])
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return full[:i]
+    return []
+
+
 def tokenize_documents(tokenizer: Any, docs: Sequence[str], *,
                        max_tokens: int | None = None) -> list[np.ndarray]:
-    """Token ids per document, BOS first when the tokenizer has one; cut to ``max_tokens``."""
-    bos = tokenizer.bos_token_id
+    """Token ids per document, after :func:`document_start` (the tokenizer's BOS when it adds
+    one); cut to ``max_tokens``."""
+    start = document_start(tokenizer)
     out = []
     for b in range(0, len(docs), 64):
         enc = tokenizer(list(docs[b:b + 64]), add_special_tokens=False,
                         verbose=False)["input_ids"]
         for ids in enc:
-            arr = np.asarray(([bos] if bos is not None else []) + list(ids), dtype=np.int64)
+            arr = np.asarray(start + list(ids), dtype=np.int64)
             out.append(arr[:max_tokens] if max_tokens else arr)
     return out
 
@@ -89,7 +104,7 @@ def doc_windows(n_tokens: int, length: int, stride: int) -> list[tuple[int, int,
     so its first new token has context in the window and every token is scored once."""
     if stride < 1 or length < 2:
         raise ValueError("stride >= 1 and length >= 2")
-    out, prev_end, begin = [], 1, 0  # token 0 (BOS) is never a target
+    out, prev_end, begin = [], 1, 0  # token 0 (BOS, or the first token) is never a target
     while prev_end < n_tokens:
         begin = min(begin, prev_end - 1)
         end = min(begin + length, n_tokens)

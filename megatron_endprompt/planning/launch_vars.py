@@ -14,9 +14,13 @@ import re
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.planning.plan import MethodPlan, PlanSettings, total_params
+from megatron_endprompt.planning.presets import MODEL_PRESETS
 
-__all__ = ["LAUNCH_SCRIPT", "PLANNER_VARIABLES", "checkpoint_bytes", "launch_line",
-           "script_defaults", "wall_clock_hours"]
+__all__ = ["LAUNCH_SCRIPT", "PLANNER_VARIABLES", "SCRIPT_MODEL", "checkpoint_bytes",
+           "launch_line", "model_note", "script_defaults", "wall_clock_hours"]
+
+#: The model the script builds when CHECKPOINT_IN carries no conversion record.
+SCRIPT_MODEL = "llama3-8b"
 
 #: The launch script of this checkout (``--launch-script`` names another).
 LAUNCH_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -69,14 +73,33 @@ def wall_clock_hours(s: PlanSettings, plan: MethodPlan) -> float:
     return s.tokens / plan.tokens_per_second / 3600
 
 
+def _other_model(s: PlanSettings) -> bool:
+    return s.model != MODEL_PRESETS[SCRIPT_MODEL]
+
+
+def model_note(s: PlanSettings) -> str | None:
+    """For a model other than the script's own (Llama-3 8B), how the launch gets it: from
+    ``CHECKPOINT_IN``'s conversion record (``None`` for Llama-3 8B)."""
+    if not _other_model(s):
+        return None
+    return (f"model: {s.model.name} comes from CHECKPOINT_IN: convert it with "
+            "tools/convert_checkpoint.py hf-to-megatron --hf-dir HF_DIR --output DIR (which "
+            "records the model beside the checkpoint) and set CHECKPOINT_IN=DIR; the script's "
+            "own shape is Llama-3 8B")
+
+
 def launch_line(s: PlanSettings, plan: MethodPlan, gpus_per_node: int = 8) -> str:
     """``TP=.. PP=.. CP=.. MICRO_BATCH=.. GLOBAL_BATCH=.. NNODES=.. GPUS_PER_NODE=..
-    SEQ_LENGTH=.. TARGET_LENGTH=.. TRAIN_ITERS=..`` for the launch script (EndPrompt plan)."""
+    SEQ_LENGTH=.. TARGET_LENGTH=.. TRAIN_ITERS=..`` for the launch script (EndPrompt plan);
+    for a model other than Llama-3 8B it starts with ``CHECKPOINT_IN='<...>'``: the launcher
+    takes that model from the converted checkpoint (:func:`model_note`)."""
     nodes = max(1, math.ceil(s.gpus / gpus_per_node))
     per_node = min(gpus_per_node, s.gpus)
     iters = max(1, math.ceil(s.tokens / (plan.global_batch * plan.seq_length)))
     lay = plan.layout
-    return (f"TP={lay.tp} PP={lay.pp} CP={lay.cp} MICRO_BATCH={s.micro_batch} "
+    ckpt = f"CHECKPOINT_IN='<{s.model.name} converted by hf-to-megatron>' " \
+        if _other_model(s) else ""
+    return (f"{ckpt}TP={lay.tp} PP={lay.pp} CP={lay.cp} MICRO_BATCH={s.micro_batch} "
             f"GLOBAL_BATCH={plan.global_batch} NNODES={nodes} GPUS_PER_NODE={per_node} "
             f"SEQ_LENGTH={s.seq_length} ORIGINAL_LENGTH={s.model.original_window} "
             f"TARGET_LENGTH={s.target_length} TRAIN_ITERS={iters}")

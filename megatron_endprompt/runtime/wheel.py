@@ -3,7 +3,8 @@
 Installed by ``runtime.install()`` always (GPU runs need them as much as the CPU layer does):
 the wheel ships no Makefile for the dataset helpers (stock ``compile_helpers()`` calls
 ``sys.exit(1)`` at start-up), ``torch_dist`` saves need ``psutil`` for a debug line, and the
-distributed optimizer with the torch-Adam fallback cannot resume. Reviewed against
+distributed optimizer with the torch-Adam fallback cannot resume; the console's second loss of a
+launch is the mean of two iterations (:mod:`.log_sums`). Reviewed against
 Megatron-Core 0.18.2, 0.19.2 and main (0.20.0); :data:`FINGERPRINTS` pins the functions patched,
 :mod:`.versions` holds what differs (0.18 has no ``optimizer_state_keys``).
 """
@@ -15,6 +16,7 @@ import functools
 import torch
 
 from megatron_endprompt.runtime.ledger import Ledger
+from megatron_endprompt.runtime.log_sums import patch_first_log_reset
 from megatron_endprompt.runtime.versions import megatron_features, optimizer_state_key_dtypes
 
 _PATCH = "wheel"
@@ -189,6 +191,7 @@ def install_wheel_fixes(ledger: Ledger) -> None:
     check_helpers(ledger)
     patch_compile_helpers(ledger)
     patch_checkpoint_writer_without_psutil(ledger)
+    patch_first_log_reset(ledger)  # the second console loss of a launch: one iteration's
     torch_adam = _uses_torch_adam_fallback()  # TE's / Apex's fused Adam keep step and state
     if torch_adam:
         patch_dist_optimizer_state_template(ledger)

@@ -15,6 +15,11 @@ the window via :class:`~megatron_endprompt.window.EndPromptWindow` (``P < L``, `
 ``REPLAY_PREFIXES`` inside the blend, ``SPLIT``, ``SIDECAR_NAME``; and, unless a value is a
 ``<PLACEHOLDER>`` of a dry run, that the paths exist, every non-replay prefix has its sidecar
 (the existing ones are listed when not) and no split with a non-zero weight gets 0 documents.
+With a converted ``CHECKPOINT_IN`` (its ``endprompt_conversion.json``,
+:mod:`megatron_endprompt.model_record`) the model is the checkpoint's: its flags replace the
+script's Llama-3 8B shape, the heads, layers and vocabulary padding are checked against it, and
+a given ``ROPE_BASE``/``NUM_QUERY_GROUPS``/``FFN_HIDDEN`` or extra shape flag that contradicts it
+is refused, so a dry run that passes does not die at load.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Mapping
 
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.model_record import ModelRecord, read_model_record
 from megatron_endprompt.window import EndPromptWindow
 
 __all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents"]
@@ -42,6 +48,10 @@ _POSITIVE = ("NNODES", "GPUS_PER_NODE", "TP", "PP", "CP", "MICRO_BATCH", "GLOBAL
              "SAVE_INTERVAL", "EVAL_INTERVAL", "LOG_INTERVAL", "MASTER_PORT")
 _NON_NEGATIVE = ("NODE_RANK", "WARMUP_ITERS", "EVAL_ITERS", "SEED")
 _SPLIT_NAMES = ("train", "valid", "test")
+
+#: Launcher variables that shape the model, and the Megatron flag each sets.
+MODEL_VARS = {"ROPE_BASE": "--rotary-base", "NUM_QUERY_GROUPS": "--num-query-groups",
+              "FFN_HIDDEN": "--ffn-hidden-size"}
 
 
 def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
@@ -149,9 +159,34 @@ def _check_prefix(prefix: str, name: str | None, split: list[float], env: Mappin
                             "coarser split, e.g. SPLIT=90,5,5")
 
 
-def check_launch(env: Mapping[str, str]) -> dict[str, str]:
-    """Validate the launch variables ``env``; returns the values the script derives
-    (``PI_FACTOR``, ``SEQUENCE_PARALLEL`` 0/1). Raises :class:`UserError` (one line)."""
+def _model_from_checkpoint(env: dict[str, str], extra: list[str]) -> ModelRecord | None:
+    """``CHECKPOINT_IN``'s conversion record, with the variables it decides filled into ``env``
+    (``ORIGINAL_LENGTH``, ``NUM_QUERY_GROUPS`` unless given: ``MODEL_VARS_GIVEN``); a given
+    variable or extra flag contradicting it is refused. ``None``: no record (the script's
+    Llama-3 8B shape, the variables as given)."""
+    ckpt = env.get("CHECKPOINT_IN", "")
+    record = None if _placeholder(ckpt) or not os.path.isdir(ckpt) else read_model_record(ckpt)
+    if record is None:
+        return None
+    given = set(env.get("MODEL_VARS_GIVEN", "").split())
+    record.check_given({var: (flag, env.get(var, "")) for var, flag in MODEL_VARS.items()
+                        if var in given}, extra)
+    if "ORIGINAL_LENGTH" not in given:
+        env["ORIGINAL_LENGTH"] = str(record.max_position_embeddings)
+    env["NUM_QUERY_GROUPS"] = str(record.query_groups)
+    return record
+
+
+def check_launch(env: Mapping[str, str],
+                 extra: list[str] | None = None) -> dict[str, str | list[str]]:
+    """Validate the launch variables ``env`` (and the extra Megatron flags ``extra``); returns
+    the values the script derives (``PI_FACTOR``, ``SEQUENCE_PARALLEL`` 0/1; with a converted
+    ``CHECKPOINT_IN``, ``ORIGINAL_LENGTH`` and ``MODEL_FLAGS`` from its record, a list).
+    Raises :class:`UserError` (one line)."""
+    env = dict(env)
+    record = _model_from_checkpoint(env, list(extra or []))
+    heads = record.heads if record else LLAMA3_8B_HEADS
+    layers = record.layers if record else LLAMA3_8B_LAYERS
     v = {name: _int(env, name, 1) for name in _POSITIVE}
     v.update({name: _int(env, name, 0) for name in _NON_NEGATIVE})
     tp, pp, cp = v["TP"], v["PP"], v["CP"]
@@ -164,12 +199,14 @@ def check_launch(env: Mapping[str, str]) -> dict[str, str]:
     if tp > v["GPUS_PER_NODE"] or v["GPUS_PER_NODE"] % tp:
         raise UserError(f"TP={tp} must divide GPUS_PER_NODE={v['GPUS_PER_NODE']} (tensor "
                         "parallelism stays within a node)")
-    for what, n in (("attention heads", LLAMA3_8B_HEADS),
+    for what, n in (("attention heads", heads),
                     ("KV heads (NUM_QUERY_GROUPS)", v["NUM_QUERY_GROUPS"])):
         if n % tp:
             raise UserError(f"TP={tp} must divide the {n} {what}; use TP=1, 2, 4 or 8")
-    if LLAMA3_8B_LAYERS % pp:
-        raise UserError(f"PP={pp} must divide the {LLAMA3_8B_LAYERS} layers")
+    if layers % pp:
+        raise UserError(f"PP={pp} must divide the {layers} layers")
+    if record is not None:
+        record.check_padding(tp)
     world = v["NNODES"] * v["GPUS_PER_NODE"]
     if world % (tp * pp * cp):
         raise UserError(f"TP*PP*CP={tp * pp * cp} must divide the {world} GPUs "
@@ -230,4 +267,7 @@ def check_launch(env: Mapping[str, str]) -> dict[str, str]:
         seq_par = "1" if tp > 1 and te else "0"
     if seq_par == "1" and tp == 1:
         seq_par = "0"  # Megatron ignores it at TP=1 (and warns)
-    return {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par}
+    derived = {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par}
+    if record is not None:
+        derived.update(ORIGINAL_LENGTH=str(L0), MODEL_FLAGS=list(record.flags))
+    return derived

@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     from megatron_endprompt.runtime.versions import call_pretrain
     from megatron_endprompt.training.long_eval import long_eval_hook
+    from megatron_endprompt.training.schedule_check import check_schedule_continues
     from megatron_endprompt.training.providers import (
         forward_step,
         make_datasets_provider,
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         # divisor: before Megatron starts
         notes = check_startup(args)
         long_eval = long_eval_hook(args)  # its data read and checked now, not mid-training
-        window = resolve_endprompt_args(args, loaded_checkpoint_args(args))
+        saved = loaded_checkpoint_args(args)
+        window = resolve_endprompt_args(args, saved)
+        check_schedule_continues(args, saved)  # before Megatron's assertion after loading
         identity = startup_tokenizer_identity(args)  # once: the datasets reuse it
         layouts = check_sidecars(args, identity)
     except UserError as exc:  # one line from rank 0 (torchrun's RANK before the group exists)

@@ -240,6 +240,7 @@ def test_gpu_patch_set_is_exactly_the_wheel_fixes_plus_the_rope_router_with_te()
     if not out["psutil"]:
         wheel.append(["wheel", "megatron.core.dist_checkpointing.strategies.filesystem_async."
                                "_process_memory"])
+    wheel.append(["wheel", "megatron.training.training.training_log"])
     wheel += [["wheel", opt + name] for name in
               ("state_dict", "_set_main_param_and_optimizer_states", "load_state_dict")]
     assert out["no_te"] == [{"wheel": True, "rope": False, "cpu": False}, wheel]

