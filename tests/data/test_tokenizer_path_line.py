@@ -11,5 +11,6 @@ def test_no_progress_keeps_the_tokenizer_path_line(llama3_args, run_tool, tmp_pa
     assert "--no-progress" in argv
     rc, out, err = run_tool(preprocess_cli.main, argv)
     assert rc == 0, err
-    lines = [line for line in err.splitlines() if line.startswith("tokenizer path: ")]
-    assert len(lines) == 1 and "(" in lines[0], err
+    lines = [line for line in out.splitlines() if line.startswith("tokenizer path: ")]
+    assert len(lines) == 1 and "(" in lines[0], out
+    assert "tokenizer path: " not in err  # stderr: progress and errors only

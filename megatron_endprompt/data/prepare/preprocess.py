@@ -15,7 +15,6 @@ committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprom
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -168,8 +167,9 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             raise UserError(f"--tokenizer-backend tiktoken: cannot be used for "
                             f"{opts.tokenizer.tokenizer_model} ({why}); use "
                             "--tokenizer-backend auto")
-        # always (also with --no-progress, which hides progress only): which path and why
-        print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
+        # always (also with --no-progress, which hides progress only): which path and why; on
+        # stdout with the summary, so bad input stays one line on stderr
+        print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", flush=True)
         docs = None if early is None else early.adopt(
             encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
         if docs is None and encoder is not None:
