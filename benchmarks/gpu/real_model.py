@@ -32,6 +32,7 @@ import gzip
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -152,7 +153,9 @@ def plan(sz: Sizes, hf_dir: str, work: str, out_dir: str) -> list[dict]:
                "SEQ_LENGTH": str(sz.seq), "TARGET_LENGTH": str(sz.target),
                "PI_FACTOR": str(s), "SPLIT": "100,0,0", "EVAL_ITERS": "0",
                "SAVE_INTERVAL": str(sz.iters), "PRECISION": sz.precision,
-               "LOG_INTERVAL": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
+               "LOG_INTERVAL": "1",
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2" if sz.device == "cpu"
+                                                 else "4")}
         stages.append(dict(name=f"train_{m}", limit_s=150, env=env, cmd=[
             "bash", SCRIPT, "--transformer-impl", "local", "--num-workers", "0",
             "--no-save-optim", "--no-save-rng", "--endprompt-loss-log", w(f"loss_{m}")]))
@@ -203,10 +206,15 @@ def _scores(path: str) -> dict:
 
 def _run(stage: dict, log: str, deadline: float) -> dict:
     limit = max(1, min(stage["limit_s"], int(deadline - time.monotonic())))
+    env = {**os.environ, **stage["env"]}
+    if stage["name"].startswith("train_"):  # a free rendezvous port (not the default 6000)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            env["MASTER_PORT"] = str(sock.getsockname()[1])
     t0 = time.monotonic()
     with open(log, "w", encoding="utf-8") as f:
         try:
-            rc = subprocess.run(stage["cmd"], env={**os.environ, **stage["env"]}, stdout=f,
+            rc = subprocess.run(stage["cmd"], env=env, stdout=f,
                                 stderr=subprocess.STDOUT, timeout=limit, cwd=REPO).returncode
         except subprocess.TimeoutExpired:
             rc = 124

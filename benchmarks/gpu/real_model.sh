@@ -43,6 +43,7 @@ if [ "${1:-}" != "--dry-run" ] && ! "$PY" -c "import megatron.core" 2>/dev/null 
     && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHON="$PY"
+export PATH="$(dirname "$PY"):$PATH"  # its torchrun (the launcher runs torchrun)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 # 560 s for the stages (their own limits fit inside), a hard stop just under 10 minutes in all.
 timeout -k 5 585 "$PY" -m benchmarks.gpu.real_model "$@"
