@@ -32,12 +32,15 @@ import gzip
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
 import time
 
 from benchmarks.paths import OUT, REPO
+from benchmarks.replication.controls import make_contiguous
+from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 from megatron_endprompt.disk import write_text
 
 SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
@@ -181,11 +184,6 @@ def plan(sz: Sizes, hf_dir: str, work: str, out_dir: str) -> list[dict]:
 
 def make_pi_data(src: str, dst: str) -> int:
     """``dst``: ``src``'s tokens (hard links or copies) and sidecar with contiguous positions."""
-    import shutil
-
-    from benchmarks.replication.controls import make_contiguous
-    from megatron_endprompt.data.sidecar.sidecar import sidecar_path
-
     for ext in (".bin", ".idx"):
         if os.path.exists(dst + ext):
             os.remove(dst + ext)
