@@ -85,7 +85,7 @@ class Sizes:
 
 GPU = Sizes(name="gpu", original=8192, target=32768, seq=8192, terminal=256, docs=160,
             doc_words=9000, iters=60, global_batch=8, lr=2e-5,
-            eval_lengths=(8192, 16384, 32768), samples=5, precision="bf16", device="cuda")
+            eval_lengths=(8192, 16384, 32768), samples=3, precision="bf16", device="cuda")
 SMOKE = Sizes(name="cpu-smoke", original=256, target=1024, seq=128, terminal=16, docs=6,
               doc_words=200, iters=2, global_batch=2, lr=1e-4, eval_lengths=(256, 512),
               samples=1, precision="fp32", device="cpu")
@@ -161,12 +161,16 @@ def plan(sz: Sizes, hf_dir: str, work: str, out_dir: str) -> list[dict]:
                                                  else "4")}
         stages.append(dict(name=f"train_{m}", limit_s=150, env=env, cmd=[
             "bash", SCRIPT, "--transformer-impl", "local", "--num-workers", "0",
-            "--no-save-optim", "--no-save-rng", "--endprompt-loss-log", w(f"loss_{m}")]))
+            "--no-save-optim", "--no-save-rng", "--endprompt-loss-log", w(f"loss_{m}"),
+            # the local spec's unfused attention keeps [heads, P, P] scores per layer:
+            # recompute them in the backward (selective recompute) on the GPU
+            *(["--recompute-activations"] if sz.device == "cuda" else [])]))
         stages.append(dict(name=f"export_{m}", limit_s=60, env={}, cmd=[
             py, "-m", "megatron_endprompt.cli.convert", "megatron-to-hf", "--checkpoint",
             w(f"ckpt_{m}"), "--output", w(f"hf_{m}"), "--tokenizer", hf_dir, "--overwrite",
             "--no-progress"]))
-    for m, model in (("base", None), *((m, w(f"hf_{m}")) for m in METHODS)):
+    # the trained models first; the untrained reference last (the budget may cut it)
+    for m, model in (*((m, w(f"hf_{m}")) for m in METHODS), ("base", None)):
         if model is None:  # the untouched checkpoint under PI s: what training starts from
             stages.append(dict(name="export_base", limit_s=60, env={}, cmd=[
                 py, "-m", "megatron_endprompt.cli.convert", "megatron-to-hf", "--checkpoint",

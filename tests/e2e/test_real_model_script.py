@@ -18,7 +18,7 @@ from megatron_endprompt.training.loss import read_loss_log
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "benchmarks", "gpu", "real_model.sh")
 STAGES = ["convert", "preprocess", "pi_data", "train_endprompt", "export_endprompt",
-          "train_pi", "export_pi", "export_base", "eval_base", "eval_endprompt", "eval_pi"]
+          "train_pi", "export_pi", "eval_endprompt", "eval_pi", "export_base", "eval_base"]
 
 
 def _env(tmp_path, **extra) -> dict:
