@@ -26,7 +26,7 @@ from megatron_endprompt.evaluation.results_io import finite_or_null, sanitized
 from megatron_endprompt.evaluation.scoring import mean_score
 
 __all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
-           "output_paths", "write_tables", "write_reports"]
+           "ppl_note", "output_paths", "write_tables", "write_reports"]
 
 
 def depth_key(depth: float) -> str:
@@ -116,6 +116,22 @@ def _fmt_ppl(entry: dict[str, Any] | None) -> str:
     return f"{v:.2f}" if v < 1e4 else f"{v:.3g}"
 
 
+def ppl_note(ppl: dict[str, Any]) -> str:
+    """What perplexity scored per length: documents (and those skipped as shorter than the
+    length), scored tokens and windows. ``--samples`` never applies to it, so the report
+    names these counts instead of a sample count."""
+    parts = []
+    for n, e in ppl["by_length"].items():
+        if e is None:
+            continue
+        docs = (f"{e['docs']} document(s) ({e.get('docs_skipped', 0)} shorter skipped), "
+                if "docs" in e else "one EOS-joined stream, ")
+        parts.append(f"{n}: {docs}{e.get('tokens', 0)} scored token(s) in "
+                     f"{e.get('windows', 0)} window(s)")
+    return (f"Perplexity (stride {ppl['stride']}) scored " + "; ".join(parts) + "."
+            if parts else "Perplexity scored nothing.")
+
+
 def markdown_table(results: dict[str, Any]) -> str:
     """One row per task (score in %, or perplexity), one column per length."""
     lengths = [int(n) for n in results["meta"]["lengths"]]
@@ -138,9 +154,13 @@ def markdown_table(results: dict[str, Any]) -> str:
         rows.append("| ppl | " + " | ".join(_fmt_ppl(by_len.get(str(n))) for n in lengths)
                     + " |")
     meta = results["meta"]
+    prompts = (f"{meta['samples'] or 'all'} sample(s) per task x length, "
+               if results.get("tasks") else "")
     note = (f"\nModel `{meta['hf_dir']}` (max_position_embeddings "
-            f"{meta.get('max_position_embeddings')}), {meta['samples'] or 'all'} sample(s) per task x "
-            f"length, seed {meta['seed']}, {meta['dtype']} on {meta['device']}.")
+            f"{meta.get('max_position_embeddings')}), {prompts}seed {meta['seed']}, "
+            f"{meta['dtype']} on {meta['device']}.")
+    if "ppl" in results:
+        note += " " + ppl_note(results["ppl"])
     if meta.get("haystack"):
         h = meta["haystack"]
         note += (f" Essay haystack: {h['source']}"

@@ -132,3 +132,24 @@ def test_string_match_part_as_ruler():
     assert string_match_part(" Lyon", refs) == 0.0
     assert string_match_all(" paris, France", refs) == 0.5
     assert string_match_part("\n\t Paris\x00 ", ["paris"]) == 1.0
+
+
+def test_ppl_report_states_documents_and_tokens_not_samples():
+    """A perplexity-only run uses no prompt samples (``--samples`` defaults to 5 all the
+    same): the report names the documents and scored tokens PPL used at each length."""
+    results = {"meta": {"hf_dir": "m", "lengths": [100, 200], "samples": 5, "seed": 0,
+                        "dtype": "float32", "device": "cpu", "max_position_embeddings": 128},
+               "tasks": {},
+               "ppl": {"stride": 8, "by_length": {
+                   "100": {"ppl": 9.0, "nll": 2.2, "tokens": 396, "windows": 12, "docs": 3,
+                           "docs_skipped": 1},
+                   "200": {"ppl": None, "nll": None, "tokens": 0, "windows": 0, "docs": 0,
+                           "docs_skipped": 4}}}}
+    md = report.markdown_table(results)
+    assert "sample(s)" not in md
+    assert "100: 3 document(s) (1 shorter skipped), 396 scored token(s) in 12 window(s)" in md
+    assert "200: 0 document(s) (4 shorter skipped), 0 scored token(s)" in md
+    # with prompt tasks too, the sample count stays (it is theirs) beside the PPL counts
+    results["tasks"] = report.summarize(_records(), _Hay(), [0.0, 1.0])["tasks"]
+    md = report.markdown_table(results)
+    assert "5 sample(s) per task x length" in md and "3 document(s)" in md
