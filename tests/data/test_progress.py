@@ -69,7 +69,7 @@ def test_preprocess_log_lines_show_possible_rates(llama3_args, run_tool, tmp_pat
     total = int(re.search(r"of ([\d,]+) tokenized", out).group(1).replace(",", ""))
     rates = [float(m.replace(",", "")) for m in re.findall(r"([\d,]+) tokens/s", err)]
     assert rates and max(rates) <= total / 0.25
-    assert "\r" not in err and "tokenizer path:" in out
+    assert "\r" not in err and "tokenizer path:" in err
 
 
 def test_sidecar_tool_prints_progress_when_stderr_is_a_file(run_tool, tmp_path):

@@ -15,6 +15,7 @@ committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprom
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -167,9 +168,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             raise UserError(f"--tokenizer-backend tiktoken: cannot be used for "
                             f"{opts.tokenizer.tokenizer_model} ({why}); use "
                             "--tokenizer-backend auto")
-        # always (also with --no-progress, which hides progress only): which path and why; on
-        # stdout with the summary, so bad input stays one line on stderr
-        print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", flush=True)
+        if opts.progress:  # early, for a long run; the summary always has it (format_summary)
+            print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
         docs = None if early is None else early.adopt(
             encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
         if docs is None and encoder is not None:
@@ -240,6 +240,9 @@ def format_summary(summary: dict) -> str:
         f"documents read: {summary['documents_read']:,}  used: {summary['documents_used']:,}"
         + (f"  (tokenized: {summary['tokenizer_path']})" if "tokenizer_path" in summary else ""),
     ]
+    if "tokenizer_path" in summary:  # with --no-progress too: which path ran and why
+        lines.append(f"tokenizer path: {_PATH_NAMES[summary['tokenizer_path']]} "
+                     f"({summary['tokenizer_path_reason']})")
     for reason, n in summary["documents_skipped"].items():
         lines.append(f"  skipped ({reason}): {n:,}")
     lines += [
