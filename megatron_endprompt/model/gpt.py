@@ -27,7 +27,6 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 
 from megatron_endprompt.model.final_norm import block_spec_with_layer_norm
 from megatron_endprompt.model.positions import EndPromptPositions
-from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
 from megatron_endprompt.model.yarn import YarnScaling
 
 __all__ = ["EndPromptGPTModel"]
@@ -63,16 +62,7 @@ class EndPromptGPTModel(EndPromptPositions, GPTModel):
         self._check_rope_config()
         # Built from the same arguments as stock's (its CP group read back: where GPTModel
         # finds it differs between Megatron-Core versions).
-        self.rotary_pos_emb = EndPromptRotaryEmbedding(
-            kv_channels=self.config.kv_channels,
-            rotary_percent=stock["rotary_percent"],
-            rotary_interleaved=self.config.rotary_interleaved,
-            pi_factor=pi_factor,
-            seq_len_interpolation_factor=stock["seq_len_interpolation_factor"],
-            rotary_base=stock["rotary_base"],
-            rope_scaling=stock["rope_scaling"],
+        self.rotary_pos_emb = self._endprompt_rotary(
+            stock, pi_factor=pi_factor, yarn=yarn, rope_scaling=stock["rope_scaling"],
             rope_scaling_factor=stock["rope_scaling_factor"],
-            use_cpu_initialization=self.config.use_cpu_initialization,
-            cp_group=self.rotary_pos_emb.cp_group,
-            yarn=yarn,
-        )
+            cp_group=self.rotary_pos_emb.cp_group)

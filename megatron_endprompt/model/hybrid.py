@@ -28,7 +28,6 @@ from megatron_endprompt.model.hybrid_spec import (
     is_layer_spec,
 )
 from megatron_endprompt.model.positions import EndPromptPositions
-from megatron_endprompt.model.rope import EndPromptRotaryEmbedding
 from megatron_endprompt.model.yarn import YarnScaling
 
 __all__ = ["EndPromptHybridModel"]
@@ -60,16 +59,6 @@ class EndPromptHybridModel(EndPromptPositions, HybridModel):
         stock = bound.arguments
         super().__init__(config, hybrid_stack_spec, *args, **kwargs)
         self._check_rope_config()
-        self.rotary_pos_emb = EndPromptRotaryEmbedding(
-            kv_channels=self.config.kv_channels,
-            rotary_percent=stock["rotary_percent"],
-            rotary_interleaved=self.config.rotary_interleaved,
-            pi_factor=pi_factor,
-            seq_len_interpolation_factor=stock["seq_len_interpolation_factor"],
-            rotary_base=stock["rotary_base"],
-            rope_scaling=rope_scaling,
-            rope_scaling_factor=rope_scaling_factor,
-            use_cpu_initialization=self.config.use_cpu_initialization,
-            cp_group=self.pg_collection.cp,
-            yarn=yarn,
-        )
+        self.rotary_pos_emb = self._endprompt_rotary(
+            stock, pi_factor=pi_factor, yarn=yarn, rope_scaling=rope_scaling,
+            rope_scaling_factor=rope_scaling_factor, cp_group=self.pg_collection.cp)

@@ -54,6 +54,27 @@ class EndPromptPositions:
                 "fused_single_qkv_rope takes only [S, 1, 1, D] freqs; EndPrompt batches with "
                 "differing layouts need per-row RoPE: turn it off")
 
+    def _endprompt_rotary(self, stock: dict, *, pi_factor: float | None, yarn: Any,
+                          rope_scaling: bool, rope_scaling_factor: float,
+                          cp_group: Any) -> EndPromptRotaryEmbedding:
+        """The model's RoPE module, built from the arguments the stock model built its own from
+        (``stock``: the stock ``__init__``'s bound arguments) plus ``pi_factor`` / ``yarn``;
+        ``cp_group``: the stock module's context-parallel group (where the stock model keeps
+        it differs between model classes and Megatron-Core versions)."""
+        return EndPromptRotaryEmbedding(
+            kv_channels=self.config.kv_channels,
+            rotary_percent=stock["rotary_percent"],
+            rotary_interleaved=self.config.rotary_interleaved,
+            pi_factor=pi_factor,
+            seq_len_interpolation_factor=stock["seq_len_interpolation_factor"],
+            rotary_base=stock["rotary_base"],
+            rope_scaling=rope_scaling,
+            rope_scaling_factor=rope_scaling_factor,
+            use_cpu_initialization=self.config.use_cpu_initialization,
+            cp_group=cp_group,
+            yarn=yarn,
+        )
+
     @property
     def pi_factor(self) -> float:
         """``s``: position ids are divided by it before RoPE."""
