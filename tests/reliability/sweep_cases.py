@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from sweep import HERE, Case, classify, snapshot
-from sweep_fixtures import SUFFIXES, null_argv, preprocess_argv
+from sweep_fixtures import SUFFIXES, bin_on_full_disk, null_argv, preprocess_argv
 
 PY = sys.executable
 
@@ -150,7 +150,7 @@ CASES: list[Case] = [
     Case("pp_output_under_file", "preprocess",
          pp_out(lambda fx, d: os.path.join(file_in(d, "afile"), "data")), item="11"),
     Case("pp_full_disk", "preprocess", pp(), item="11",
-         patch=lambda fx, d: _dev_full(os.path.join(d, "data")), needle="space"),
+         patch=lambda fx, d: bin_on_full_disk(os.path.join(d, "data")), needle="space"),
     # input problems
     Case("pp_input_missing", "preprocess", pp(inputs=lambda fx, d: os.path.join(d, "no.jsonl")),
          needle="--input"),
@@ -198,16 +198,6 @@ CASES: list[Case] = [
 ]
 
 
-@contextlib.contextmanager
-def _dev_full(prefix):
-    """The temporary .bin is /dev/full: every write fails with ENOSPC (a full disk)."""
-    link = f"{prefix}.bin.tmp-{os.getpid()}"
-    os.symlink("/dev/full", link)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(link)
 
 
 def _stale_tmp(fx, d):

@@ -12,7 +12,7 @@ import os
 import shutil
 
 from sweep import Case, raise_in
-from sweep_fixtures import SUFFIXES, B, L, P, preprocess_argv
+from sweep_fixtures import SUFFIXES, B, L, P, bin_on_full_disk, preprocess_argv
 
 #: What a full disk raises at a write (``write``/``pwrite`` name no file).
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device")
@@ -117,17 +117,6 @@ def _nested(key: str, *extra: str):
 
 
 # -- a full disk -----------------------------------------------------------------------------
-@contextlib.contextmanager
-def _bin_on_full_disk(prefix: str):
-    """The temporary ``.bin`` is ``/dev/full`` (every write fails with ENOSPC); the link is
-    removed afterwards, so what the run itself left is what the snapshot sees."""
-    link = f"{prefix}.bin.tmp-{os.getpid()}"
-    os.symlink("/dev/full", link)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(link)
 
 
 class _DiskWithRoom(io.FileIO):
@@ -203,7 +192,7 @@ CASES: list[Case] = [
     Case("pp_full_disk_names_file", "preprocess",
          lambda fx, d: preprocess_argv(_copy(fx.good, os.path.join(d, "data")),
                                        fx.small_corpus, fx.spm),
-         patch=lambda fx, d: _bin_on_full_disk(os.path.join(d, "data")), needle="data.bin"),
+         patch=lambda fx, d: bin_on_full_disk(os.path.join(d, "data")), needle="data.bin"),
     Case("pp_full_disk_leaves_nothing", "preprocess",
          lambda fx, d: preprocess_argv(_copy(fx.good, os.path.join(d, "data")),
                                        fx.small_corpus, fx.spm),

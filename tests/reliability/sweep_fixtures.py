@@ -147,3 +147,16 @@ def build(root: str) -> SimpleNamespace:
     with open(fx.ppl, "w", encoding="utf-8") as f:
         f.write(" ".join(fx.texts))
     return fx
+
+
+@contextlib.contextmanager
+def bin_on_full_disk(prefix: str):
+    """The temporary ``.bin`` is ``/dev/full`` (every write fails with ENOSPC, a full disk); the
+    link is removed afterwards, so what the run itself left is what the snapshot sees."""
+    link = f"{prefix}.bin.tmp-{os.getpid()}"
+    os.symlink("/dev/full", link)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
