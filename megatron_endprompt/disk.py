@@ -211,7 +211,17 @@ def exclusive(lock_path: str, *, busy: str) -> Iterator[None]:
     os.makedirs(parent, exist_ok=True)
     try:
         while True:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # never through a link: truncating it would empty the file it names
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise UserError(f"{lock_path} is a symbolic link; it is this tool's lock "
+                                "file: remove the link") from None
+            if os.fstat(fd).st_nlink > 1:
+                os.close(fd)
+                raise UserError(f"{lock_path} is another name of an existing file (a hard "
+                                "link); it is this tool's lock file: remove that name")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:

@@ -75,3 +75,15 @@ def test_exclusive_refuses_a_second_holder_and_cleans_up(tmp_path):
             with disk.exclusive(str(lock), busy="busy by {pid}"):
                 pass
     assert not (tmp_path / "a").exists()  # the lock and the directories made for it are gone
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_exclusive_lock_never_opens_through_a_link(tmp_path, link):
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"weights" * 100)
+    lock = tmp_path / ".out.lock"
+    (os.symlink if link == "symlink" else os.link)(model, lock)
+    with pytest.raises(UserError, match="lock file"):
+        with disk.exclusive(str(lock), busy="busy {pid}"):
+            pass
+    assert model.read_bytes() == b"weights" * 100
