@@ -30,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "default): the base then retrieves ~100%% at L0; --no-split-digits: "
                         "merged digit groups, the earlier published base "
                         "(benchmarks/replication/README.md, Archive)")
+    p.add_argument("--held-out", dest="held_out", default=None, metavar="TASK,TASK",
+                   help="held-out RULER tasks evaluated besides NIAH and passkey (default: "
+                        "niah_multikey_2,niah_multivalue,niah_multiquery; \"\" for none, which "
+                        "halves each run's evaluation)")
     for flag, key, typ in (("--base-iters", "base_iters", int), ("--ft-iters", "ft_iters", int),
                            ("--ft-lr", "ft_lr", float), ("--ft-docs", "ft_docs", int),
                            ("--pi-factor", "ratio", int), ("--terminal-length", "terminal", int),
