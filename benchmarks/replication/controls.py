@@ -8,9 +8,13 @@
   train on the same stream windows.
 * ``g1p`` / ``g1n`` **the paper's configuration on data that can show it**: short documents
   whose fact->recall pairs lie inside one sample's first ``a`` tokens, closed by the EP1
-  prompt terminal at ``L - b`` with a small ``w`` (``g1p``), or the same stream windows
-  without a terminal (``g1n``, contiguous). Evaluated at long range: does a content-free far
-  anchor extend a short-range skill to the full window?
+  prompt terminal at ``L - b`` with a small ``w`` (``g1p``), or the same context without a
+  terminal (``g1n``): the stream cut at (g1p)'s own points (``a = P - len(EP1)`` tokens,
+  stride ``a``, the same document order and sample count), contiguous positions, so both get
+  the same short-range supervision and differ only by the far anchor. Evaluated at long
+  range: does a content-free far anchor extend a short-range skill to the full window?
+* ``g1nP``: the earlier null, ``P``-token stream windows (Megatron's packing): it cut longer
+  windows than (g1p)'s ``a`` and so held whole documents more often (the report's data table).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from megatron_endprompt.disk import atomic_path
 from benchmarks.replication import data
 
 #: Methods whose training data is a plain prefix (contiguous positions, Megatron's packing).
-PLAIN_STREAM = ("a1", "g1n")
+PLAIN_STREAM = ("a1", "g1nP")
 
 
 def make_contiguous(sidecar: str) -> int:
@@ -38,6 +42,17 @@ def make_contiguous(sidecar: str) -> int:
     with atomic_path(sidecar, fsync=False) as tmp:
         write_sidecar(tmp, header, records, sources)
     return len(records)
+
+
+def prompt_context_length(c: dict, spm: str, prompt: str = "ep1") -> int:
+    """(g1p)'s ``a = P - len(prompt)``: its prompt tokenized as preprocessing tokenizes it."""
+    from megatron_endprompt.data.sidecar.prompts import PROMPT_SETS, tokenize_prompt
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
+
+    tok = build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
+                                        tokenizer_model=spm))
+    (text,) = PROMPT_SETS[prompt]
+    return c["P"] - len(tokenize_prompt(text, tok))
 
 
 def short_doc_tokens(c: dict) -> tuple[int, int]:
@@ -61,6 +76,11 @@ def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> li
     if method == "d0":  # (d)'s flags: same seed, same samples; records rewritten afterwards
         return ["--placement", "random", "--terminal-source", "document-tail",
                 "--terminal-length", str(terminal), "--terminal-loss-weight", f"{w:g}"]
+    if method == "g1n":  # (g1p)'s cuts: with --seq-length a, the stream in windows of a + 1
+        # tokens, stride a, as (g1p) takes its a-token contexts; uniform loss (w = 1); records
+        # then made contiguous (T = a, a legal random draw)
+        return ["--placement", "random", "--terminal-source", "continuation",
+                "--terminal-length", "1", "--terminal-loss-weight", "1"]
     if method == "g1p":
         return ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
                 "ep1", "--terminal-loss-weight", f"{prompt_w:g}"]

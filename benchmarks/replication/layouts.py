@@ -6,9 +6,10 @@ sidecar rewrites for (d0) and (e)) and returns the ``train_argv`` keywords that 
 :func:`check` reads it back -- the sidecar verified as the trainer does, every record one that
 ``make_record`` can draw, every position below ``L`` -- and refuses, as one ``error:`` line, data
 that is not the method's layout: (c)/(g)/(g1p) terminals at ``L - b``, (d)/(f) terminals drawn
-in ``[a, L - b]``, (d0) with no jump, (e) PoSE's first chunk ``<= ceil(P/2)`` and its text skip,
+in ``[a, L - b]``, (d0) and (g1n) with no jump ((g1n) cut to (g1p)'s ``a < P``), (e) PoSE's first chunk ``<= ceil(P/2)`` and its text skip,
 (f) PoSE pieces inside an EndPrompt sample, prompt sets and loss weights, and the plain data
-of (b)/(h) (one ``L``-token document per sequence) and (a1)/(g1n) (no sidecar).
+of (b)/(h) (one ``L``-token document per sequence), (hd)/(hg) (a stream of unpadded documents
+in ``L``-token windows) and (a1)/(g1nP) (no sidecar).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from benchmarks.replication import pose
 from benchmarks.replication import run
 
 #: Methods trained on plain Megatron data (contiguous positions, no sidecar).
-PLAIN = ("b", "h", *controls.PLAIN_STREAM)
+PLAIN = ("b", "h", "hd", "hg", *controls.PLAIN_STREAM)
+#: Equal-token full-length rows: a document stream packed into ``L``-token windows (no padding).
+PACKED = {"hd": "ft_stream", "hg": "g1_plain"}
 
 
 def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
@@ -32,6 +35,9 @@ def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
     if m in ("b", "h"):
         return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.w("ft_plain"),
                     replay=True, eod_mask=True)  # the EOD padding is not trained
+    if m in PACKED:  # the stream packed in L-token windows, no padding: every token trained
+        return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.w(PACKED[m]),
+                    replay=True)
     if m in controls.PLAIN_STREAM:  # contiguous P-token windows of a document stream
         return dict(seq=rep.P, target=rep.L, mb=max(1, c["ft_docs"] // 2), replay=True,
                     data_prefix=rep.w("ft_stream" if m == "a1" else "g1_plain"))
@@ -40,17 +46,21 @@ def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
 
     prefix = rep.w(f"ft_{tag}")
     lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
-    flags = controls.layout_flags(m, **lay) if m in ("d0", "g1p") else run.layout_flags(m, **lay)
+    ctl = m in ("d0", "g1p", "g1n")
+    flags = controls.layout_flags(m, **lay) if ctl else run.layout_flags(m, **lay)
+    # (g1n): (g1p)'s context length a as the whole sample: (g1p)'s cut points, no terminal
+    seq = controls.prompt_context_length(c, rep.spm) if m == "g1n" else rep.P
     run.tool(preprocess.main, [
-        "--input", rep.w("g1.jsonl" if m == "g1p" else "ft.jsonl"), "--output-prefix", prefix,
+        "--input", rep.w("g1.jsonl" if m in ("g1p", "g1n") else "ft.jsonl"),
+        "--output-prefix", prefix,
         "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", rep.spm,
-        "--seq-length", str(rep.P), "--target-length", str(rep.L), "--append-eod",
+        "--seq-length", str(seq), "--target-length", str(rep.L), "--append-eod",
         "--workers", "1", "--no-progress", "--seed", str(1000 + seed), *flags])
-    if m == "d0":  # (d)'s own samples (same seed), positions made contiguous
+    if m in ("d0", "g1n"):  # positions made contiguous ((d0): (d)'s own samples, same seed)
         controls.make_contiguous(sidecar_path(prefix))
     elif m == "e":  # the same documents, one PoSE sample each (PoSE's own law)
         pose.write_pose_sidecar(prefix, seed=1000 + seed)
-    return dict(seq=rep.P, target=rep.L, mb=max(1, c["ft_docs"] // 2), data_prefix=prefix)
+    return dict(seq=seq, target=rep.L, mb=max(1, c["ft_docs"] // 2), data_prefix=prefix)
 
 
 def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
@@ -73,16 +83,20 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
         need(len(lengths) > 0, "no document")
         if m in ("b", "h"):
             need(np.all(lengths == L), f"full-length documents are not padded to L = {L}")
+        if m in PACKED:  # documents with their EOD, unpadded: the stream is every token
+            need(np.all(lengths < L), "a padded or over-long document in a packed stream")
+            need(kw.get("seq") == L, f"packed into {kw['seq']}-token windows, not L = {L}")
         return f"({m}) plain: {len(lengths)} sequences"
     sc = read_sidecar(sidecar_path(prefix), prefix=prefix)  # verified as the trainer does
     h, lay = sc.header, sc.layout
     rec = np.asarray(sc.records, dtype=np.int64)
-    need((lay.seq_length, lay.target_length) == (P, L), f"P, L = {lay.seq_length}, "
-         f"{lay.target_length}, not {P}, {L}")
+    seq = kw.get("seq", P)  # (g1n): (g1p)'s a; every other sidecar row: P
+    need((lay.seq_length, lay.target_length) == (seq, L), f"P, L = {lay.seq_length}, "
+         f"{lay.target_length}, not {seq}, {L}")
     bad = check_records(rec.astype(np.int32), lay, h.terminal_length,
                         contiguous_ok=h.terminal_source == "document-tail")
     need(bad is None, f"impossible record {bad}")
-    top = max(int(positions_from_record(r, P).max()) for r in rec)
+    top = max(int(positions_from_record(r, seq).max()) for r in rec)
     need(top <= L - 1, f"a position {top} >= L")
     a, T = rec[:, 0], rec[:, 1]
     jumped = T > a
@@ -90,26 +104,28 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     want = {"c": ("document-tail", "fixed", 1), "d": ("document-tail", "random", 1),
             "d0": ("document-tail", "random", 1), "e": ("document-tail", "random", 2),
             "f": ("document-tail", "random", 2), "g": ("prompt", "fixed", 1),
-            "g1p": ("prompt", "fixed", 1)}[m]
+            "g1p": ("prompt", "fixed", 1), "g1n": ("continuation", "random", 1)}[m]
     need((h.terminal_source, lay.placement, lay.pose_chunks) == want,
          f"source/placement/pieces {h.terminal_source}/{lay.placement}/{lay.pose_chunks}, "
          f"not {'/'.join(map(str, want))}")
-    weight = c["prompt_w"] if prompt else (1.0 if m == "e" else w)
+    weight = c["prompt_w"] if prompt else (1.0 if m in ("e", "g1n") else w)
     need(lay.loss_weights.terminal == weight and lay.loss_weights.context == 1.0,
          f"loss weights {lay.loss_weights.terminal}/{lay.loss_weights.context}, not {weight}/1")
     if prompt:
         names = PROMPT_SETS["ep1" if m == "g1p" else "ep1-3"]
         need(tuple(h.prompts) == tuple(names), f"prompts {h.prompts}, not {list(names)}")
     else:
-        need(h.terminal_length == (1 if m == "e" else terminal),
+        need(h.terminal_length == (1 if m in ("e", "g1n") else terminal),
              f"terminal length {h.terminal_length}")
     if m in ("c", "g", "g1p"):
         need(jumped.any() and np.all(T[jumped] == L - (P - a[jumped])),
              "terminals not at L - b")
     if m in ("d", "f"):
         need(jumped.any() and np.any(T[jumped] < L - (P - a[jumped])), "no random terminal")
-    if m == "d0":
+    if m in ("d0", "g1n"):
         need(not jumped.any(), "a position jump")
+    if m == "g1n":
+        need(seq < P, f"(g1p)'s context length a = {seq} is not below P = {P}")
     if m == "e":
         need(np.all(rec[:, 2] <= (P + 1) // 2), "a first chunk over ceil(P/2)")
         stats = h.stats.get("pose", {})

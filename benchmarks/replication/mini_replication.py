@@ -27,17 +27,23 @@ retrieval at ``L0`` (``benchmarks/replication/README.md``, Archive).
     document, a first chunk of ``U{1..ceil(P/2)}`` tokens, then -- after a text skip of
     ``U{0..n-P}`` tokens and a position skip of ``U{0..L-P}`` -- the rest of the ``P``-token
     window; uniform loss, no anchoring (the archived two-piece (e) had no text skip).
-(f) **ET(PoSE)**: (d) with ``--pose-chunks 2``.
+(f) **(d) + the project's two-piece chunks**: (d) with ``--pose-chunks 2`` (not the paper's
+    ET(PoSE): the project's own chunk law and the document-tail terminal).
 (g) **EndPrompt, prompt terminal**: ``--terminal-source prompt --placement fixed``, the
     built-in EP1-EP3 set, ``w = 0.1``: ``P``-token windows of the stream closed by a prompt.
 (h) **full-length fine-tuning at equal tokens** (the second view): (b) with
-    ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g).
+    ``ft_docs x P / L`` documents per step, the tokens per step of (c)-(g), EOD-padded.
+(hd) / (hg) **full-length fine-tuning at equal tokens, the paper's baseline**: the document
+    stream of (d) / of (g1p) packed into ``L``-token windows (Megatron's packing, no padding),
+    ``ft_docs x P / L`` windows per step: the tokens per step and steps of the ``P``-token rows.
 
 (g) trains on ``P``-token windows of the documents' stream, which rarely hold a fact and its
 recall; (e) on one PoSE sample per document (its fact, in the first chunk only when
 ``r1`` reaches it; its recall, in the second only when the text skip leaves it at the end).
-Controls (d0), (a1), (g1p), (g1n): ``controls.py``; the paired-by-seed
-differences (d)-(b), (d)-(d0), (g1p)-(g1n) go to ``results["paired"]``.
+Controls (d0), (a1), (g1p), (g1n), (g1nP): ``controls.py``; the paired-by-seed differences of
+``protocol.PAIRS`` go to ``results["paired"]``; what each row's data holds (documents per
+step, whole documents per sample): ``data_stats.py``. With ``--seeds N > 1`` the JSON, tables
+and figure of the seeds done so far are written after each seed (``*_partial``).
 
 Everything goes through the project's own tools (preprocessing, ``pretrain`` under torchrun
 with 2 CPU ranks, the converter, the evaluator: RULER ``niah_single_1`` and landmark passkey,
@@ -57,59 +63,19 @@ import time
 from benchmarks.paths import OUT
 from benchmarks.replication import controls
 from benchmarks.replication import data
+from benchmarks.replication import data_stats
 from benchmarks.replication import layouts
 from benchmarks.replication import pose
 from benchmarks.replication import report
 from benchmarks.replication import run
 from benchmarks.replication import stats
 from benchmarks.replication import sweep
+from megatron_endprompt.disk import atomic_path
+
 from benchmarks.replication.args import build_parser  # noqa: F401 - mini.build_parser stays
 
-METHODS = {
-    "a": "PI only (no training)",
-    "b": "full-length FT at L",
-    "c": "EndPrompt fixed",
-    "d": "EndPrompt random",
-    "e": "PoSE (train_pose.py)",
-    "f": "ET(PoSE)",
-    "g": "EndPrompt prompt EP1-3",
-    "h": "full-length FT, equal tokens",
-    "d0": "(d), no jump (contiguous)",
-    "a1": "PI + short FT, stream windows",
-    "g1p": "short-range docs + EP1 terminal",
-    "g1n": "short-range docs, no terminal",
-}
-
-#: ``full``: the README tables; ``smoke``: CI (launch overhead dominates).
-SIZES = {
-    "full": dict(hidden=128, ffn=352, layers=4, heads=4, groups=2, vocab=1024, split_digits=True,
-                 L0=320, L=640,
-                 P=160, ratio=None,
-                 base_iters=1200, base_more=[800], base_mb=8, base_lr=3e-3, ft_iters=300,
-                 ft_docs=8, ft_lr=1e-3, ft_warmup=30, ft_min=None, terminal=64, w=1.0,
-                 prompt_w=0.1, fact_span=80,
-                 log_interval=10, lengths="320,480,640", samples=100, eval_batch=25,
-                 ppl_docs=12, ppl_windows=12,
-                 methods="a,b,c,d,e,f,g,h,d0,a1,g1p,g1n", sweep_b=[32, 80],
-                 held_out="niah_multikey_2,niah_multivalue,niah_multiquery"),
-    "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
-                  L0=128, L=384,
-                  P=128, ratio=None,
-                  base_iters=2, base_more=[], base_mb=2, base_lr=3e-3, ft_iters=2, ft_docs=2,
-                  ft_lr=3e-4, ft_warmup=None, ft_min=None,
-                  terminal=48, w=1.0, prompt_w=0.1, fact_span=72, log_interval=1,
-                  lengths="384", samples=2, eval_batch=2, ppl_docs=2, ppl_windows=1,
-                  # one method trained end to end (~40 s a torchrun on 2 busy cores); every
-                  # method's data built and checked for its layout (layouts.py)
-                  methods="f", held_out="niah_multikey_2", check_all=True),
-}
-#: Configuration that shapes the base checkpoint (its cache key).
-BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
-             "base_iters", "base_mb", "base_lr")
-#: Pretraining saves this often (a stage interrupted is continued under ``--resume``).
-BASE_SAVE_EVERY = 100
-#: Configuration that shapes an evaluation (with the checkpoint and its window).
-EVAL_KEYS = ("L", "lengths", "samples", "eval_batch", "ppl_docs", "ppl_windows", "held_out")
+from benchmarks.replication.protocol import BASE_KEYS, BASE_SAVE_EVERY, EVAL_KEYS  # noqa: F401
+from benchmarks.replication.protocol import EQUAL_TOKENS, METHODS, PAIRS, SIZES  # noqa: F401
 
 
 class Replication:
@@ -221,9 +187,9 @@ class Replication:
                         kinds=("fact",), probs=(1.0,))
         print(f"fine-tuning data: {n} documents of {lo}..{self.L - 1} tokens (+EOD)", flush=True)
         wanted = list(METHODS) if c.get("check_all") else c["methods"].split(",")
-        if "a1" in wanted:  # the same documents as one stream, Megatron's P-token windows
+        if {"a1", "hd"} & set(wanted):  # the same documents as one stream (Megatron's packing)
             data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_stream"), self.spm)
-        if "g1p" in wanted or "g1n" in wanted:
+        if {"g1p", "g1n", "g1nP", "hg"} & set(wanted):
             controls.write_short_docs(self.w("g1.jsonl"), c, count, 3 * n)
             data.write_plain_prefix(self.w("g1.jsonl"), self.w("g1_plain"), self.spm)
 
@@ -264,7 +230,7 @@ class Replication:
         shutil.rmtree(ckpt, ignore_errors=True)
         ft_seed = 1000 + seed
         docs = c["ft_docs"]
-        if m == "h":  # the tokens per step of the methods that train on P tokens
+        if m in EQUAL_TOKENS:  # the tokens per step of the methods that train on P tokens
             docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
         kw = layouts.build(self, m, tag, seed, terminal=terminal, w=w)
         print("  layout " + layouts.check(m, kw, c, terminal=terminal, w=w), flush=True)
@@ -359,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         results["methods"]["a"] = {"name": METHODS["a"], "tokens_trained": 0,
                                    "seeds": {"-": ev}}
     timings["base_eval_s"] = time.time() - t0
+    results["data"] = data_stats.collect(rep, methods)
     for seed in range(args.seeds):
         t0 = time.time()
         for m in methods:
@@ -367,15 +334,14 @@ def main(argv: list[str] | None = None) -> int:
                 results["methods"][m]["seeds"][str(seed)] = rep.method(m, seed)
         timings[f"seed{seed}_s"] = time.time() - t0
         print(f"seed {seed}: {timings[f'seed{seed}_s'] / 60:.1f} min", flush=True)
+        if seed + 1 < args.seeds:  # a lost machine costs the seeds not yet run, not the block
+            results["seeds_done"] = seed + 1
+            summarize(results, c)
+            results["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
+            write(results, out_json, partial=True)
+    results.pop("seeds_done", None)
+    summarize(results, c)
     tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in c["held_out"].split(","))]
-    results["summary"] = {m: stats.summarize(e["seeds"], tasks)
-                          for m, e in results["methods"].items()}
-    results["summary"]["base"] = stats.summarize({"-": results["base"]["eval"]}, tasks)
-    seeds = {m: e["seeds"] for m, e in results["methods"].items()}
-    results["paired"] = {f"{x}-{y}": {t: {n: stats.paired_difference(seeds[x], seeds[y], t, n)
-                                          for n in c["lengths"].split(",")} for t in tasks}
-                         for x, y in (("d", "b"), ("d", "d0"), ("g1p", "g1n"))
-                         if x in seeds and y in seeds}
     if args.sweep:
         t0 = time.time()
         place = best_placement(results["summary"], rep.L)
@@ -384,12 +350,35 @@ def main(argv: list[str] | None = None) -> int:
         timings["sweep_s"] = time.time() - t0
     timings["total_s"] = time.time() - t_all
     results["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
-    with open(out_json, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-    written = report.write_all(results, out_json)
-    print("\n" + open(written[0], encoding="utf-8").read())
-    print("wrote " + ", ".join([out_json, *written]))
+    written = write(results, out_json, partial=False)
+    print("\n" + open(written[1], encoding="utf-8").read())
+    print("wrote " + ", ".join(written))
     return 0
+
+
+def summarize(results: dict, c: dict) -> None:
+    """Per-method summaries and the paired differences of ``PAIRS`` (both rows present)."""
+    tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in c["held_out"].split(","))]
+    results["summary"] = {m: stats.summarize(e["seeds"], tasks)
+                          for m, e in results["methods"].items()}
+    results["summary"]["base"] = stats.summarize({"-": results["base"]["eval"]}, tasks)
+    seeds = {m: e["seeds"] for m, e in results["methods"].items()}
+    results["paired"] = {f"{x}-{y}": {t: {n: stats.paired_difference(seeds[x], seeds[y], t, n)
+                                          for n in c["lengths"].split(",")} for t in tasks}
+                         for x, y in PAIRS if x in seeds and y in seeds}
+
+
+def write(results: dict, out_json: str, *, partial: bool) -> list[str]:
+    """The JSON, its tables and figure; ``partial``: after a seed of several, beside the final
+    names (``*_partial.json``), so a finished block is never overwritten by a partial one."""
+    if partial:
+        out_json = os.path.splitext(out_json)[0] + "_partial.json"
+    with atomic_path(out_json, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+    written = [out_json, *report.write_all(results, out_json)]
+    if partial:
+        print(f"seeds 0..{results['seeds_done'] - 1} written: {out_json}", flush=True)
+    return written
 
 
 if __name__ == "__main__":

@@ -43,11 +43,12 @@ def _lengths(results: dict) -> list[str]:
 
 def main_table(results: dict) -> str:
     lengths, summ, tasks = _lengths(results), results["summary"], _tasks(results)
-    head = ["method", "tokens/step", "step vs (b)", "RSS vs (b)"]
+    ref_m = next((m for m in ("b", "hd", "hg") if m in results["methods"]), "b")
+    head = ["method", "tokens/step", f"step vs ({ref_m})", f"RSS vs ({ref_m})"]
     head += [f"{SHORT[t]} {n}" for t in tasks for n in lengths]
     head += [f"PPL {n}" for n in lengths]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ref = list(results["methods"].get("b", {}).get("seeds", {}).values())
+    ref = list(results["methods"].get(ref_m, {}).get("seeds", {}).values())
     ref_step, ref_rss = _mean(ref, "step_ms"), _mean(ref, "peak_rss_mib")
 
     def row(label: str, s: dict, entries: list[dict]) -> str:
@@ -63,6 +64,28 @@ def main_table(results: dict) -> str:
     rows.append(row("base, s=1 (no PI)", summ["base"], []))
     for m, e in results["methods"].items():
         rows.append(row(f"({m}) {e['name']}", summ[m], list(e["seeds"].values())))
+    return "\n".join(rows)
+
+
+def data_table(results: dict) -> str:
+    """What each row's training data holds (``data_stats.py``): documents per step and the
+    share of documents whole inside one training sample, with the tokens per step and steps."""
+    data = results.get("data") or {}
+    if not data:
+        return ""
+    rows = ["| method | tokens/step | steps | sample window | documents/step | "
+            "whole documents in one sample |", "|---|---|---|---|---|---|"]
+    for m, e in results["methods"].items():
+        st = data.get(m)
+        if not st:
+            continue
+        runs = list(e["seeds"].values())
+        tps, steps = runs[0].get("tokens_per_step"), runs[0].get("steps")
+        share = st.get("whole_doc_share")
+        rows.append(f"| ({m}) {e['name']} | {f'{tps:,}' if tps else '-'} | {steps or '-'} | "
+                    f"{st['window']} | {st['docs_per_step']:g} | "
+                    + (f"{100 * share:.1f}%" if share is not None else
+                       "- (first a + last b of each)") + " |")
     return "\n".join(rows)
 
 
@@ -123,13 +146,15 @@ def sweep_table(results: dict) -> str:
 
 def notes(results: dict) -> str:
     c, t = results["config"], results.get("timings_s", {})
-    seeds = c["seeds"]
+    seeds = results.get("seeds_done", c["seeds"])
     interval = ("Student-t 95% interval over the seeds" if seeds > 1
                 else "Wilson 95% interval of the cell")
     return (f"L0={c['L0']}, L={c['L']} (s={c['ratio']}), P={c['P']}; {c['ft_iters']} "
             f"fine-tuning steps x {c['ft_docs']} documents per method, LR {c['ft_lr']:g}; "
             f"EndPrompt b={c['terminal']}, w={c['w']:g} (prompt terminal w={c['prompt_w']:g}); "
-            f"{seeds} seed(s). Accuracy in % over {c['samples']} prompts per cell (NIAH: "
+            f"{seeds} seed(s)"
+            + (f" of {c['seeds']} (partial)" if "seeds_done" in results else "")
+            + f". Accuracy in % over {c['samples']} prompts per cell (NIAH: "
             f"RULER niah_single_1; passkey: landmark, {max(1, c['samples'] // 5)} x 5 "
             f"depths), mean [{interval}]; PPL: per-document "
             f"sliding window on {c['ppl_docs']} held-out documents (mean over seeds). Base: "
@@ -212,7 +237,8 @@ def figure(results: dict, path: str) -> str | None:
     fig.legend(handles, names, fontsize=8, loc="lower center", ncol=ncol)
     c = results["config"]
     fig.suptitle(f"Mini-replication: L0={c['L0']} -> L={c['L']} (s={c['ratio']}), "
-                 f"{c['seeds']} seed(s), {c['samples']} prompts/cell, 95% bands")
+                 f"{results.get('seeds_done', c['seeds'])} seed(s), {c['samples']} prompts/cell, "
+                 "95% bands")
     fig.tight_layout(rect=(0, 0.05 * -(-len(names) // ncol), 1, 1))  # room for the legend
     return save_figure(fig, path)
 
@@ -221,6 +247,9 @@ def write_all(results: dict, out_json: str) -> list[str]:
     """``.md`` (tables + notes) and ``.png`` beside ``out_json``; returns the paths."""
     stem = os.path.splitext(out_json)[0]
     text = main_table(results) + "\n\n" + notes(results) + "\n"
+    dt = data_table(results)
+    if dt:
+        text += "\nTraining data per row:\n\n" + dt + "\n"
     paired = paired_table(results)
     if paired:
         text += "\nDifferences paired by seed (same evaluation prompts per seed):\n\n" + \

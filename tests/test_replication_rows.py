@@ -1,0 +1,116 @@
+"""The mini-replication's rows that answer the paper's headline on its terms: full-length
+fine-tuning at equal tokens on the same document stream ((hd), (hg): no padding, the tokens per
+step of the ``P``-token rows), and the content-free terminal's null (g1n) cut at (g1p)'s own
+points, so both get the same short-range supervision. Built in-process at the smoke sizes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.replication import controls
+from benchmarks.replication import data_stats
+from benchmarks.replication import layouts
+from benchmarks.replication import mini_replication as mini
+from benchmarks.replication import report
+from benchmarks.replication import run
+
+
+@pytest.fixture(scope="module")
+def rep(tmp_path_factory):
+    """A smoke-size work directory with the fine-tuning data of every row (no training)."""
+    work = tmp_path_factory.mktemp("rows")
+    c = dict(mini.SIZES["smoke"])
+    c["ratio"] = -(-c["L"] // c["L0"])
+    c["methods"] = "d,g1p,g1n,hd,hg"
+    c["ft_docs"] = 6  # 6 x P = 2 x L: equal tokens per step is possible at these sizes
+    r = mini.Replication(c, str(work), resume=False)
+    from benchmarks.replication import data
+
+    data.make_tokenizer(str(work), vocab_size=c["vocab"], num_docs=200,
+                        split_digits=c["split_digits"])
+    r.ft_data()
+    return r
+
+
+def _samples(prefix: str):
+    from megatron_endprompt.data.sidecar.indexed_io import IndexReader
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+
+    idx = IndexReader(prefix + ".idx")
+    tokens = np.fromfile(prefix + ".bin", dtype=idx.dtype)
+    ends = np.cumsum(idx.sequence_lengths)
+    docs = [tokens[e - n:e] for e, n in zip(ends, idx.sequence_lengths)]
+    return docs, np.asarray(read_sidecar(sidecar_path(prefix), prefix=prefix).records)
+
+
+def test_g1n_is_g1p_without_its_terminal(rep):
+    """(g1n) trains (g1p)'s contexts -- the same cut points in the same stream, as many
+    samples -- with contiguous positions and no terminal; before, it cut ``P``-token windows
+    and so held whole documents more often than (g1p)."""
+    kw_p = layouts.build(rep, "g1p", "g1p_seed0", 0, terminal=48, w=1.0)
+    kw_n = layouts.build(rep, "g1n", "g1n_seed0", 0, terminal=48, w=1.0)
+    a = controls.prompt_context_length(rep.c, rep.spm)
+    assert kw_n["seq"] == a < rep.P
+    for m, kw in (("g1p", kw_p), ("g1n", kw_n)):
+        layouts.check(m, kw, rep.c, terminal=48, w=1.0)
+    docs_p, rec_p = _samples(kw_p["data_prefix"])
+    docs_n, rec_n = _samples(kw_n["data_prefix"])
+    assert abs(len(docs_p) - len(docs_n)) <= 1 and len(docs_p) > 10
+    for sp, sn in zip(docs_p, docs_n):
+        assert np.array_equal(sp[:a], sn[:a])  # the same a context tokens, sample by sample
+    assert np.all(rec_n[:, 1] == rec_n[:, 0]) and np.all(rec_p[:, 0] == a)
+    st = data_stats.collect(rep, ["g1p", "g1n"])
+    assert st["g1p"]["whole_doc_share"] == st["g1n"]["whole_doc_share"]
+
+
+def test_equal_token_rows_pack_the_stream_with_the_tokens_per_step_of_d(rep, monkeypatch):
+    """(hd) and (hg) pack the same documents as (d) and (g1p) into ``L``-token windows (no EOD
+    padding) and train as many tokens per step and as many steps."""
+    monkeypatch.setattr(run, "train", lambda name, argv, work: {"argv": argv})
+    monkeypatch.setattr(mini.Replication, "export_eval", lambda self, *a, **k: {})
+    rep.base_ckpt = rep.w("ckpt_base")  # never read: training is replaced
+    rows = {m: rep.method(m, 0) for m in ("d", "hd", "hg")}
+    for m, stream in (("hd", "ft_stream"), ("hg", "g1_plain")):
+        argv = rows[m]["argv"]
+        assert argv[argv.index("--data-path") + 1] == rep.w(stream)
+        assert argv[argv.index("--seq-length") + 1] == str(rep.L)
+        assert "--eod-mask-loss" not in argv  # nothing is padding
+        assert rows[m]["tokens_per_step"] == rows["d"]["tokens_per_step"]
+        assert rows[m]["steps"] == rows["d"]["steps"]
+        layouts.check(m, layouts.build(rep, m, f"{m}_x", 0, terminal=48, w=1.0), rep.c,
+                      terminal=48, w=1.0)
+
+
+def test_whole_document_share_counts_documents_inside_one_window():
+    lengths = np.array([3, 3, 3, 3])
+    assert data_stats.whole_share(lengths, 6) == 1.0
+    assert data_stats.whole_share(lengths, 4) == 0.5  # [0,3) and [9,12) whole; two straddle
+
+
+def test_the_report_pairs_the_papers_comparisons_and_writes_partial_blocks(tmp_path):
+    assert ("d", "hd") in mini.PAIRS and ("g1p", "hg") in mini.PAIRS
+    assert ("g1p", "g1n") in mini.PAIRS and ("d", "d0") in mini.PAIRS
+
+    def ev(acc):
+        return {"counts": {t: {"640": [round(100 * acc), 100]}
+                           for t in ("niah_single_1", "passkey")}}
+    c = dict(mini.SIZES["full"], seeds=3, lengths="640", held_out="")
+    methods = {m: {"name": mini.METHODS[m], "seeds": {
+        str(k): {**ev(0.5 + 0.1 * k + (0.2 if m == "d" else 0)), "tokens_per_step": 1280,
+                 "steps": 300, "step_ms": 10.0} for k in range(2)}} for m in ("d", "hd")}
+    results = {"config": c, "methods": methods, "base": {"eval": ev(0.1)},
+               "data": {"d": {"docs_per_step": 8.0, "whole_doc_share": None, "window": 160},
+                        "hd": {"docs_per_step": 3.2, "whole_doc_share": 0.56, "window": 640}},
+               "seeds_done": 2}
+    mini.summarize(results, c)
+    d = results["paired"]["d-hd"]["niah_single_1"]["640"]
+    assert d["mean"] == pytest.approx(0.2)
+    written = mini.write(results, str(tmp_path / "r.json"), partial=True)
+    assert written[0].endswith("r_partial.json")
+    md = open(written[1], encoding="utf-8").read()
+    assert "2 seed(s) of 3 (partial)" in md and "| (hd) " in md and "56.0%" in md
+    assert "step vs (hd)" in report.main_table(results)
+    assert json.load(open(written[0]))["seeds_done"] == 2
