@@ -71,7 +71,8 @@ Data and model
   SEQ_LENGTH        P, physical length; usually L0, may be below it (8192)
   ORIGINAL_LENGTH   L0, the model's original window (--max-position-embeddings) (the
                     checkpoint's, else 8192)
-  TARGET_LENGTH     L, the window trained for; must match the sidecars (65536)
+  TARGET_LENGTH     L, the window trained for; >= ORIGINAL_LENGTH (L = L0: s = 1, the model's
+                    own window); must match the sidecars (65536)
   PI_FACTOR         s, RoPE positions divided by s (unset: ceil(L / L0); PI_FACTOR x L0 >= L)
   SIDECAR_NAME      named layout: read PREFIX.NAME.endprompt (unset: PREFIX.endprompt)
   SPLIT             Megatron --split train,valid,test (998,1,1); small corpora need e.g. 90,5,5

@@ -9,7 +9,9 @@ stage may use it.
 Defaults, as the official EndPrompt code: ``L0`` is the *model's* original window (its
 ``max_position_embeddings``, the loaded checkpoint's when there is one), not the physical training
 length ``P``; ``s = ceil(L / L0)``. Llama-3 8B (``L0 = 8192``) trained at ``P = 4096`` for
-``L = 65536`` gets ``s = 8``, not ``ceil(65536 / 4096) = 16``.
+``L = 65536`` gets ``s = 8``, not ``ceil(65536 / 4096) = 16``. ``L`` may equal ``L0`` (``s = 1``,
+no interpolation: fine-tuning at the model's own window with terminals at its end); only
+``L < L0`` is refused.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from types import MappingProxyType
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.loss_weights import LossWeights
 
-__all__ = ["EXPORT_FLAGS", "EndPromptWindow", "PREPROCESS_FLAGS", "TRAINING_FLAGS",
-           "resolve_pi_factor"]
+__all__ = ["EXPORT_FLAGS", "EndPromptWindow", "LAUNCH_FLAGS", "PREPROCESS_FLAGS",
+           "TRAINING_FLAGS", "resolve_pi_factor"]
 
 #: The largest position (and so ``L``) a sidecar record holds: records are int32.
 MAX_POSITION = 2**31 - 1
@@ -43,6 +45,15 @@ PREPROCESS_FLAGS: Mapping[str, str] = MappingProxyType({
     "target_length": "--target-length",
     "terminal_loss_weight": "--terminal-loss-weight",
     "context_loss_weight": "--context-loss-weight",
+})
+#: The launch script's variables (``examples/pretrain_llama3_endprompt.sh``), for its start-up
+#: checks: a refusal names the variable the user sets, not the Megatron flag it becomes.
+LAUNCH_FLAGS: Mapping[str, str] = MappingProxyType({
+    **TRAINING_FLAGS,
+    "target_length": "TARGET_LENGTH",
+    "seq_length": "SEQ_LENGTH",
+    "original_length": "ORIGINAL_LENGTH",
+    "pi_factor": "PI_FACTOR",
 })
 EXPORT_FLAGS: Mapping[str, str] = MappingProxyType({
     **TRAINING_FLAGS,
@@ -85,7 +96,7 @@ class EndPromptWindow:
     flag; :meth:`from_megatron_args` turns it into :class:`UserError`)."""
 
     target_length: int
-    """``L``: the context window being trained for; every position id is ``< L``."""
+    """``L``: the context window being trained for; every position id is ``< L``; ``>= L0``."""
 
     seq_length: int | None = None
     """``P``: physical sample length (``--seq-length``); ``None`` where irrelevant (export)."""
@@ -123,12 +134,13 @@ class EndPromptWindow:
         if L0 is not None:
             if L0 < 1:
                 raise ValueError(f"original window L0={L0} must be >= 1 ({f['original_length']})")
-            if not L > L0:
+            if L < L0:  # L == L0 is legal: s = 1, training at the model's own window
                 source = f", from {self.original_length_from}" if self.original_length_from \
                     else ""
                 raise ValueError(
-                    f"target length L={L} ({f['target_length']}) must be above the original "
-                    f"context window {L0} (L0{source}); raise {f['target_length']} or set "
+                    f"target length L={L} ({f['target_length']}) is below the original "
+                    f"context window {L0} (L0{source}); raise {f['target_length']} to {L0} or "
+                    f"more (L = L0 trains at the model's own window, s = 1) or set "
                     f"{f['original_length']} to the model's original window")
             s = self.pi_factor if self.pi_factor is not None else math.ceil(L / L0)
             object.__setattr__(self, "pi_factor", resolve_pi_factor(s, None, flags=f))

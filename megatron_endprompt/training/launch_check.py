@@ -10,7 +10,7 @@ small corpus empty makes Megatron's index build spin without an error.
 
 Checked: integer variables; the parallel layout (``TP`` within a node and dividing the heads and
 KV heads, ``TP x PP x CP`` dividing the world, the global batch divisible by ``MICRO_BATCH x DP``);
-the window via :class:`~megatron_endprompt.window.EndPromptWindow` (``P < L``, ``L > L0``) and
+the window via :class:`~megatron_endprompt.window.EndPromptWindow` (``P < L``, ``L >= L0``) and
 ``PI_FACTOR x L0 >= L``; ``DATA_BLEND`` (weight/prefix pairs, no glob characters),
 ``REPLAY_PREFIXES`` inside the blend, ``SPLIT``, ``SIDECAR_NAME``; and, unless a value is a
 ``<PLACEHOLDER>`` of a dry run, that the paths exist, every non-replay prefix has its sidecar
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model_record import ModelRecord, read_model_record
-from megatron_endprompt.window import EndPromptWindow
+from megatron_endprompt.window import LAUNCH_FLAGS, EndPromptWindow
 
 __all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents"]
 
@@ -225,9 +225,10 @@ def check_launch(env: Mapping[str, str],
     except ValueError:
         raise UserError(f"PI_FACTOR={s_text!r} is not a number; unset it for ceil(L/L0)") from None
     try:
-        EndPromptWindow(target_length=L, seq_length=P, original_length=L0, pi_factor=s)
+        EndPromptWindow(target_length=L, seq_length=P, original_length=L0, pi_factor=s,
+                        flags=LAUNCH_FLAGS)
     except ValueError as exc:
-        raise UserError(f"SEQ_LENGTH/TARGET_LENGTH/ORIGINAL_LENGTH/PI_FACTOR: {exc}") from None
+        raise UserError(str(exc)) from None
     if s * L0 < L:
         raise UserError(f"PI_FACTOR={s_text} with TARGET_LENGTH={L}: positions reach "
                         f"L/s = {L / s:g} > ORIGINAL_LENGTH={L0}; set PI_FACTOR={need} "

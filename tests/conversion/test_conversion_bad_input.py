@@ -116,13 +116,24 @@ def test_no_checkpoint(run_tool, tmp_path):
     assert not os.path.exists(out)
 
 
-@pytest.mark.parametrize("length", [64, 32])
-def test_target_length_not_above_window(run_tool, converted, tmp_path, length):
+@pytest.mark.parametrize("length", [63, 32])
+def test_target_length_below_window(run_tool, converted, tmp_path, length):
     out = str(tmp_path / "out")
     _assert_refused(run_tool, ["megatron-to-hf", "--checkpoint", converted, "--output", out,
                                "--target-length", str(length)], out,
-                    "must be above the original context window 64")
+                    f"L={length} (--target-length) is below the original context window 64")
     assert not os.path.exists(out)
+
+
+def test_target_length_equal_to_window_exports_plain_rope(run_tool, converted, tmp_path):
+    """``L = L0`` is ``s = 1``: the model's own window, default RoPE, no scaling written."""
+    out = tmp_path / "out"
+    rc, _, err = run_tool(main, ["megatron-to-hf", "--checkpoint", converted, "--output",
+                                 str(out), "--target-length", "64", "--no-progress"])
+    assert rc == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["max_position_embeddings"] == 64
+    assert config["rope_parameters"]["rope_type"] == "default" and "rope_scaling" not in config
 
 
 def test_bad_parallel_sizes(run_tool, tiny_hf, tmp_path):

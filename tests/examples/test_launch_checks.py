@@ -76,6 +76,25 @@ def test_bad_values_are_one_line(setup, over, says):
     assert says in _refused(env, **over)
 
 
+def test_target_length_equal_to_the_original_window_launches_at_s_1(setup):
+    """``TARGET_LENGTH = ORIGINAL_LENGTH`` (fine-tuning at the model's own window) passes the
+    checks, with ``s = 1``."""
+    _, env = setup
+    proc = _run({**env, "SEQ_LENGTH": "4096", "TARGET_LENGTH": "8192",
+                 "ORIGINAL_LENGTH": "8192"})
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout)
+    assert words[words.index("--endprompt-pi-factor") + 1] == "1"
+    assert words[words.index("--endprompt-target-length") + 1] == "8192"
+
+
+def test_target_length_below_the_original_window_is_one_line(setup):
+    _, env = setup
+    line = _refused(env, SEQ_LENGTH="2048", TARGET_LENGTH="4096", ORIGINAL_LENGTH="8192")
+    assert "L=4096 (TARGET_LENGTH) is below the original context window 8192" in line
+    assert "raise TARGET_LENGTH to 8192" in line
+
+
 def test_blend_problems_are_one_line(setup):
     tmp, env = setup
     a = env.pop("DATA_PREFIX")

@@ -69,10 +69,18 @@ def test_pi_factor_defaults_and_conflicts():
                                      "--endprompt-pi-factor", 0.5))
     with pytest.raises(UserError, match="--endprompt-target-length L is required"):
         resolve_endprompt_args(parse())
-    # --max-position-embeddings set to L by mistake: named, with the way out
-    with pytest.raises(UserError, match="original context window 65536 .*--max-position-emb"):
+    # --max-position-embeddings above L (set by mistake): named, with the way out
+    with pytest.raises(UserError, match="L=65536 .*is below the original context window 131072 "
+                                        ".*--max-position-emb"):
         resolve_endprompt_args(parse("--endprompt-target-length", 65536,
-                                     max_position_embeddings=65536))
+                                     max_position_embeddings=131072))
+
+
+def test_target_length_equal_to_the_original_window_is_s_1():
+    """``L = L0``: fine-tuning at the model's own window, no interpolation; the banner says so."""
+    window = resolve_endprompt_args(parse("--endprompt-target-length", 8192, seq_length=4096))
+    assert (window.target_length, window.original_length, window.pi_factor) == (8192, 8192, 1.0)
+    assert window.banner() == "L=8192 L0=8192 (--max-position-embeddings) s=1"
 
 
 def test_loaded_checkpoint_args_reads_torch_dist_common_state(tmp_path):
