@@ -4,6 +4,7 @@ test session (no download, well under a second), plus an in-process CLI runner."
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -11,13 +12,24 @@ import pytest
 from tests.support.layout import SPM_B, SPM_L, SPM_P  # noqa: F401  (re-exported for the fixtures)
 
 
+#: Where the real checkpoints of the e2e tests are cached (tests/e2e/real_checkpoint.py): the
+#: user's cache as the session found it, read before ``verdict_cache`` moves
+#: ``MEGATRON_ENDPROMPT_CACHE`` to an empty per-test directory (a model is too large to fetch
+#: again for every test).
+_USER_CACHE = os.environ.get("MEGATRON_ENDPROMPT_CACHE", "")
+_MODEL_CACHE = (os.environ.get("MEGATRON_ENDPROMPT_MODEL_CACHE")
+                or (_USER_CACHE if _USER_CACHE not in ("", "off") else None)
+                or os.path.join(os.path.expanduser("~"), ".cache", "megatron-endprompt"))
+
+
 @pytest.fixture(autouse=True)
 def verdict_cache(tmp_path_factory, monkeypatch):
     """Each test its own empty tokenizer-verdict cache (never the user's ~/.cache): a test's
     first preprocessing run is a cold one (``data.tokenizer_verdict``). Subprocesses inherit
-    it through the environment. Returns the cache root."""
+    it through the environment. Returns the cache root. The model cache stays the user's."""
     root = tmp_path_factory.mktemp("verdict_cache")
     monkeypatch.setenv("MEGATRON_ENDPROMPT_CACHE", str(root))
+    monkeypatch.setenv("MEGATRON_ENDPROMPT_MODEL_CACHE", _MODEL_CACHE)
     return root
 
 

