@@ -8,6 +8,7 @@ documents."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -159,9 +160,9 @@ def test_bad_flag_combinations_fail_in_one_line(tool, flags, needles, run_tool, 
 
 
 def test_preprocessed_pose_is_poses_samples_and_the_benchmarks(run_tool, spm_args, tmp_path):
-    from megatron_endprompt.data.sidecar.indexed_io import CorpusReader
+    from megatron_endprompt.data.sidecar.indexed_io import CorpusReader, IndexReader
     from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
-    from megatron_endprompt.data.sidecar.spans import sample_reader
+    from megatron_endprompt.data.sidecar.spans import sample_reader, token_stream_bounds
 
     prefix = str(tmp_path / "e")
     rc, out, err = run_tool(preprocess_cli.main, spm_args(prefix, *bench_pose.POSE_FLAGS,
@@ -182,10 +183,6 @@ def test_preprocessed_pose_is_poses_samples_and_the_benchmarks(run_tool, spm_arg
         assert np.array_equal(np.asarray(read(i)), np.concatenate([doc[: d.r1],
                                                                    doc[d.l2 : d.r2 + 1]]))
     # the benchmark's rewrite of the same documents draws the very same samples
-    from megatron_endprompt.data.sidecar.indexed_io import IndexReader
-    from megatron_endprompt.data.sidecar.spans import token_stream_bounds
-    import os
-
     starts, ends = token_stream_bounds(IndexReader(prefix + ".idx"), prefix,
                                        os.path.getsize(prefix + ".bin"))
     records, _, _, dropped = bench_pose.pose_samples(starts, ends, P=SPM_P, L=SPM_L, seed=9)
@@ -231,7 +228,8 @@ def test_et_pose_prompt_samples_build_sidecar_and_inspect(run_tool, spm_args, sp
     rc, out, err = run_tool(inspect_cli.main, [prefix, "--index", 1])
     assert rc == 0, err
     assert "placement=pose, source=prompt, pose_chunks=2" in out
-    assert f"PoSE (dwzhu-pku/PoSE src/train_pose.py@" in out and f"first chunk r1={rec[1, 2]}" in out
+    assert "PoSE (dwzhu-pku/PoSE src/train_pose.py@" in out
+    assert f"first chunk r1={rec[1, 2]}" in out
     assert f"-> positions {SPM_L - b}..{SPM_L - 1}" in out
 
 
