@@ -181,12 +181,13 @@ def render_inspection(prefix: str, found: dict) -> str:
                      f" -> positions {run['first_position']}.."
                      f"{run['first_position'] + run['length'] - 1}")
     if "pose" in sample:
-        pose, law = sample["pose"], stats["preprocessing"].get("pose", {})
-        lines.append(f"PoSE ({law.get('law', 'train_pose.py')}): first chunk r1="
-                     f"{pose['first_chunk']}, text skip {pose['text_skip']} tokens, position "
-                     f"skip k={pose['position_skip']}; "
-                     f"{stats['preprocessing'].get('documents_dropped', 0):,} documents "
-                     "dropped (shorter than the window)")
+        pose, pre = sample["pose"], stats["preprocessing"]
+        dropped = pre.get("documents_dropped")  # a merged prefix keeps it per shard
+        lines.append(f"PoSE ({pre.get('pose', {}).get('law', 'train_pose.py')}): first chunk "
+                     f"r1={pose['first_chunk']}, text skip {pose['text_skip']} tokens, "
+                     f"position skip k={pose['position_skip']}"
+                     + (f"; {dropped:,} documents dropped (shorter than the window)"
+                        if dropped is not None else ""))
     lines.append(f"position_ids: {_compact(np.asarray(sample['position_ids']))}")
     values, first = np.unique(np.asarray(sample["loss_mask"]), return_index=True)
     lines.append("loss weights: " + ", ".join(
