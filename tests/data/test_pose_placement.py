@@ -25,8 +25,11 @@ from megatron_endprompt.layout import LayoutConfig, positions_from_record, sampl
 
 DRAWS = 20_000
 P, L = 64, 512
-#: Document lengths (tokens, EOD included): below the window, around it, and past 5 x P.
-LENGTHS = np.random.default_rng(11).integers(P // 2, 7 * P, size=DRAWS)
+#: Document lengths (tokens, EOD included): :data:`DRAWS` that hold the window (some past
+#: 5 x P), and every 20th one below it (dropped).
+LENGTHS = np.insert(np.random.default_rng(11).integers(P + 1, 7 * P, size=DRAWS),
+                    np.arange(0, DRAWS, 20), np.random.default_rng(12).integers(2, P + 1,
+                                                                                size=DRAWS // 20))
 
 
 def reference_draw(rnd: random.Random, n_ids: int, p: int, target: int) -> tuple[int, int, int]:
@@ -67,7 +70,7 @@ def test_first_chunk_and_skip_means_match_train_pose_within_2_percent():
     # PoSE trains every document; ours drops those with fewer than P text tokens (counted)
     long = [n for n in LENGTHS.tolist() if n - 1 >= P]
     ref = np.array([reference_draw(rnd, n - 1, P, L) for n in long])
-    assert len(records) == len(long) and stats.docs_dropped == DRAWS - len(long)
+    assert len(records) == len(long) == DRAWS and stats.docs_dropped == DRAWS // 20
     ours = {"first chunk": records[:, 2], "text skip": text_skip,
             "position skip": records[:, 3] - records[:, 2]}
     for (name, got), want in zip(ours.items(), ref.T):
