@@ -249,7 +249,8 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
 def short_documents_handling(layout: LayoutConfig, source: str) -> str:
     """What the summary says became of documents shorter than one sample."""
     if layout.placement == "pose":
-        return "dropped (PoSE draws one sample per document holding its window)"
+        return ("those shorter than PoSE's window dropped, as documents_dropped counts: one "
+                "sample per document holding the window")
     return "packed with neighbouring documents" + (
         " (contiguous positions)" if source == "document-tail" else "")
 
