@@ -186,7 +186,7 @@ def render_inspection(prefix: str, found: dict) -> str:
         lines.append(f"PoSE ({pre.get('pose', {}).get('law', 'train_pose.py')}): first chunk "
                      f"r1={pose['first_chunk']}, text skip {pose['text_skip']} tokens, "
                      f"position skip k={pose['position_skip']}"
-                     + (f"; {dropped:,} documents dropped (shorter than the window)"
+                     + (f"; documents dropped (shorter than the window): {dropped:,}"
                         if dropped is not None else ""))
     lines.append(f"position_ids: {_compact(np.asarray(sample['position_ids']))}")
     values, first = np.unique(np.asarray(sample["loss_mask"]), return_index=True)

@@ -253,7 +253,7 @@ def format_summary(summary: dict) -> str:
     ]
     if "pose" in summary:
         pose = summary["pose"]
-        lines.append(f"PoSE ({pose['law']}): {summary['documents_dropped']:,} documents dropped; "
+        lines.append(f"PoSE ({pose['law']}): documents dropped: {summary['documents_dropped']:,}; "
                      f"tokens outside the chunks (text skips, tails): "
                      f"{summary['tokens_unused_middle']:,}; mean text skip "
                      f"{pose['text_skip_mean']:.1f}, mean position skip "
