@@ -6,7 +6,10 @@ A sample is ``P`` input tokens: ``a`` context tokens followed by ``b`` terminal 
 * context tokens get positions ``0..a-1`` — or, with ET(PoSE), ``N`` contiguous pieces
   separated by random skips, every position still below the terminal start ``T``;
 * terminal tokens get ``T..T+b-1`` where ``T = L - b`` (``fixed``) or ``T`` is drawn uniformly
-  from ``[a, L - b]`` (``random``).
+  from ``[a, L - b]`` (``random``);
+* ``pose``: PoSE's own law, one sample per document, two context pieces with a text skip
+  between them (:mod:`megatron_endprompt.pose_law`, which draws those records: they need the
+  document, so :func:`make_record` does not).
 
 A layout is stored compactly as a *record* of ``2 * N`` int32 values (``N`` = number of
 context pieces, 1 without PoSE)::
@@ -37,8 +40,8 @@ import numpy as np
 from megatron_endprompt.loss_weights import LossWeights
 from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
 
-Placement = Literal["fixed", "random"]
-PLACEMENTS: tuple[str, ...] = ("fixed", "random")
+Placement = Literal["fixed", "random", "pose"]
+PLACEMENTS: tuple[str, ...] = ("fixed", "random", "pose")
 #: The keys of a sidecar header's ``layout`` object (:meth:`LayoutConfig.to_header`).
 LAYOUT_HEADER_KEYS: tuple[str, ...] = ("seq_length", "target_length", "placement", "pose_chunks",
                                        "terminal_loss_weight", "context_loss_weight")
@@ -55,10 +58,12 @@ class LayoutConfig:
     """``L``: the context window being trained for; every position id is ``< L``."""
 
     placement: Placement = "fixed"
-    """``fixed``: terminal at ``L-b..L-1``; ``random``: terminal start uniform in ``[a, L-b]``."""
+    """``fixed``: terminal at ``L-b..L-1``; ``random``: terminal start uniform in ``[a, L-b]``;
+    ``pose``: PoSE's law (:mod:`megatron_endprompt.pose_law`)."""
 
     pose_chunks: int = 1
-    """``N``: context pieces with random skips between them (ET(PoSE)); 1 disables PoSE."""
+    """``N``: context pieces with random skips between them (ET(PoSE)); 1 disables PoSE; 2
+    for ``pose`` (PoSE's two chunks)."""
 
     loss_weights: LossWeights = field(default_factory=lambda: LossWeights(
         terminal=1.0, context=1.0, flags=PREPROCESS_FLAGS))
@@ -79,6 +84,9 @@ class LayoutConfig:
             raise ValueError(
                 f"pose chunks N={self.pose_chunks} must be >= 1 (1 disables PoSE; --pose-chunks)"
             )
+        if self.placement == "pose" and self.pose_chunks != 2:
+            raise ValueError(f"--placement pose draws PoSE's two chunks; drop --pose-chunks "
+                             f"{self.pose_chunks} (or give 2)")
 
     def to_header(self) -> dict:
         """The sidecar header's ``layout`` object: flat, the weights as ``terminal_loss_weight``
@@ -130,6 +138,9 @@ def make_record(
 ) -> np.ndarray:
     """Draw one sample's layout; returns the int32 record ``[2 * N]`` described above."""
     config.check_terminal_length(terminal_length)
+    if config.placement == "pose":
+        raise ValueError("pose records are drawn per document by "
+                         "megatron_endprompt.pose_law, not by make_record")
     P, L, N, b = config.seq_length, config.target_length, config.pose_chunks, terminal_length
     a = P - b
     if config.placement == "fixed":

@@ -1,56 +1,48 @@
 """Row (e) of the mini-replication: PoSE as PoSE's own training code draws its samples.
 
-Read (not copied) from ``dwzhu-pku/PoSE``, ``src/train_pose.py`` at commit
-``a3d4ba8bd38e6615ba778d9a1061e380c8e69647``, function ``train_preprocess_function_pose``
-(the ``--method pose`` path). Per document, tokenized and truncated to ``5 x P`` tokens (``P``:
-the model's training window, ``model_max_position_embeddings``; ``L``: the scaled window):
+The law lives in the package, :mod:`megatron_endprompt.pose_law` (read from
+``dwzhu-pku/PoSE`` ``src/train_pose.py``, cited there): per document of ``n`` text tokens
+(truncated to ``5 x P``), a first chunk of ``r1 ~ U{1 .. ceil(P/2)}`` tokens, a text skip
+``U{0 .. n - P}`` at the cut, a position skip ``k ~ U{0 .. L - P}``, uniform loss. Preprocessing
+draws it itself with ``--placement pose`` (:data:`POSE_FLAGS`; ET(PoSE) with PoSE's law:
+:data:`ET_POSE_FLAGS`).
 
-* ``len_chunk = min(n, P)``;
-* **chunk law**: the first chunk is tokens ``[0, r1)`` with ``r1 ~ U{1 .. ceil(len_chunk / 2)}``
-  (``random.randint(1, (len_chunk + 1) // 2)``); the second chunk is the ``len_chunk - r1``
-  tokens ending at ``r2 ~ U{len_chunk .. n}``, i.e. tokens ``[l2, r2)``,
-  ``l2 = r2 - (len_chunk - r1)``;
-* **text skip at the cut**: ``l2 - r1 = r2 - len_chunk ~ U{0 .. n - len_chunk}`` tokens of the
-  document between the chunks are not used (the second chunk is the text *after* a gap);
-* **skip law** (positions): the first chunk at ``0 .. r1 - 1``, the second at ``r1 + k ..`` with
-  ``k ~ U{0 .. L - len_chunk}`` (the code fixes the first chunk's offset ``lt = 0`` "to make the
-  coverage of large relative positions more uniform" and draws ``rt`` in
-  ``[0, L - len_chunk]``), so every position is ``<= L - 1``;
-* **loss**: ``labels = input_ids``: every next-token prediction, uniform weight, the first token
-  of the second chunk predicted from the last of the first (across both skips).
-
-Ours (:func:`pose_draw`, :func:`pose_samples`) draws exactly that law per document with
-``numpy`` (``layout.sample_rng(seed, document)``), with three stated differences forced by the
-project's fixed ``P + 1``-token samples: ``n`` counts the document's text tokens (its EOD
-excluded) and a sample also carries the *label* after its last input -- token ``r2`` of the
-document, the EOD at its end -- so a sample has ``P`` predictions where PoSE's HF trainer has
-``P - 1`` (its last input's logit is unused); documents with ``n < P`` (PoSE: shorter samples)
-are dropped and counted. The samples are stored as a spans sidecar over the preprocessed
-documents (:func:`write_pose_sidecar`), in the project's two-piece record: ``pose_chunks = 2``
-and a one-token "terminal" (the last input) that continues the second chunk, record
-``[a = P - 1, T = P - 1 + k, r1, r1 + k]`` -- uniform loss weight 1. The project's own
-two-piece layout (cut uniform in the context, sorted-uniform skip, anchored document tail, no
-text skip) stays as row (f) ET(PoSE).
+Kept here for the rows already built the older way: :func:`write_pose_sidecar` rewrites a
+sidecar made with :data:`PREPROCESS_FLAGS` (the project's two-piece ``random`` layout, ``b = 1``)
+into PoSE's samples of the same documents, drawn by the package's law with the same
+per-document generators ``layout.sample_rng(seed, document)`` -- the very samples
+``--placement pose --terminal-length 1`` writes -- stored in the ``random`` two-piece record
+``[a = P - 1, T = P - 1 + k, r1, r1 + k]`` (uniform loss weight 1). Documents with ``n < P``
+(PoSE: shorter samples) are dropped and counted.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from megatron_endprompt import pose_law
 from megatron_endprompt.data.sidecar.indexed_io import IndexReader
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path, write_sidecar
 from megatron_endprompt.data.sidecar.spans import pack_sources, token_stream_bounds
 from megatron_endprompt.layout import sample_rng
 from megatron_endprompt.disk import atomic_path
 
-#: The source read, as cited in the module docstring (stored with results).
-LAW = "dwzhu-pku/PoSE src/train_pose.py@a3d4ba8bd38e6615ba778d9a1061e380c8e69647"
+#: The source read (stored with results).
+LAW = pose_law.LAW
 
 #: PoSE truncates each document to this many training windows (``max_length = 5 x P``).
-TRUNCATE_WINDOWS = 5
+TRUNCATE_WINDOWS = pose_law.TRUNCATE_WINDOWS
+
+#: Preprocessing (or ``build_endprompt_sidecar.py``) flags of row (e): PoSE itself, its last
+#: input a one-token "terminal" continuing the second chunk, uniform loss weight 1.
+POSE_FLAGS = ["--placement", "pose", "--terminal-source", "continuation", "--terminal-length",
+              "1", "--terminal-loss-weight", "1", "--context-loss-weight", "1"]
+
+#: ET(PoSE) with PoSE's law: PoSE's two chunks as the context, then EP1 at ``L - b`` (w = 0.1).
+ET_POSE_FLAGS = ["--placement", "pose", "--terminal-source", "prompt", "--terminal-prompts",
+                 "ep1", "--terminal-loss-weight", "0.1"]
 
 #: Preprocessing flags of row (e): a valid two-piece spans sidecar, rewritten by
 #: :func:`write_pose_sidecar` (b = 1, uniform weight: PoSE has no anchored terminal).
@@ -59,28 +51,13 @@ PREPROCESS_FLAGS = ["--placement", "random", "--pose-chunks", "2", "--terminal-s
                     "--context-loss-weight", "1"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class PoseDraw:
-    """One document's PoSE sample, in document token offsets."""
-
-    r1: int
-    """First chunk: tokens ``[0, r1)`` at positions ``0 .. r1 - 1``."""
-    l2: int
-    """Second chunk's first token (``l2 - r1`` tokens of text skipped)."""
-    r2: int
-    """Second chunk's end (exclusive); token ``r2`` is the sample's final label."""
-    k: int
-    """Position skip: the second chunk starts at position ``r1 + k``."""
+PoseDraw = pose_law.PoseDraw
 
 
 def pose_draw(rng: np.random.Generator, n_text: int, P: int, L: int) -> PoseDraw:
-    """PoSE's law for a document of ``n_text >= P`` text tokens (module docstring)."""
-    n = min(n_text, TRUNCATE_WINDOWS * P)
-    chunk = min(n, P)
-    r1 = int(rng.integers(1, (chunk + 1) // 2, endpoint=True))
-    r2 = int(rng.integers(chunk, n, endpoint=True))
-    k = int(rng.integers(0, L - chunk, endpoint=True))
-    return PoseDraw(r1=r1, l2=r2 - (chunk - r1), r2=r2, k=k)
+    """PoSE's law for a document of ``n_text >= P`` text tokens (:func:`pose_law.draw` with
+    the window ``P``)."""
+    return pose_law.draw(rng, text_tokens=n_text, window=P, seq_length=P, target_length=L)
 
 
 def pose_samples(starts: np.ndarray, ends: np.ndarray, *, P: int, L: int,

@@ -43,13 +43,17 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--terminal-length", type=int, default=None,
                    help="b: terminal tokens (continuation / document-tail)")
     g.add_argument("--placement", choices=PLACEMENTS, default="fixed",
-                   help="fixed: terminal at L-b..L-1; random: start uniform in [a, L-b]")
+                   help="fixed: terminal at L-b..L-1; random: start uniform in [a, L-b]; "
+                        "pose: PoSE's train_pose.py law, one sample per document (with "
+                        "--terminal-source continuation: PoSE; prompt: ET(PoSE), the prompt "
+                        "at L-b)")
     g.add_argument("--terminal-source", choices=TERMINAL_SOURCES, default="continuation")
     g.add_argument("--terminal-prompts", default=None,
                    help="a built-in set, ep1 (default: EP1 alone, the paper's main result) or "
                         "ep1-3 (the EP1-EP3 mixture), or a file with one prompt per line")
-    g.add_argument("--pose-chunks", type=int, default=1,
-                   help="ET(PoSE): split the context into N>=2 pieces with random skips")
+    g.add_argument("--pose-chunks", type=int, default=None,
+                   help="ET(PoSE): split the context into N>=2 pieces with random skips "
+                        "(default 1; 2 with --placement pose, its only value)")
     g.add_argument("--terminal-loss-weight", type=float, default=None,
                    help="w > 0 (default: 0.1 for prompt terminals, a small w as the paper asks; "
                         "the paper gives no value; 1.0 for the other sources)")
@@ -69,7 +73,9 @@ def layout_from_args(args: argparse.Namespace, terminal: TerminalSpec) -> Layout
     """``LayoutConfig`` of the shared flags, ``w``'s default from ``terminal``'s source
     (``ValueError`` on bad values)."""
     return LayoutConfig(seq_length=args.seq_length, target_length=args.target_length,
-                        placement=args.placement, pose_chunks=args.pose_chunks,
+                        placement=args.placement,
+                        pose_chunks=(2 if args.placement == "pose" else 1)
+                        if args.pose_chunks is None else args.pose_chunks,
                         loss_weights=LossWeights.for_source(
                             terminal.source, terminal=args.terminal_loss_weight,
                             context=args.context_loss_weight, flags=PREPROCESS_FLAGS))

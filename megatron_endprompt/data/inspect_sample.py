@@ -22,7 +22,7 @@ from megatron_endprompt.data.assemble import SampleRules, assemble_sample
 from megatron_endprompt.data.prepare.atomic_output import ensure_committed
 from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, read_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.bin_checksum import verify_bin_ranges
-from megatron_endprompt.data.sidecar.spans import sample_byte_ranges, sample_reader
+from megatron_endprompt.data.sidecar.spans import SpanIndex, sample_byte_ranges, sample_reader
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
@@ -109,10 +109,25 @@ def inspect_sample(prefix: str, *, index: int = 0, name: str | None = None,
                  for o, s, ln in describe_runs(record, P)],
         **{key: values.tolist() for key, values in arrays.items()},
     }
+    if layout.placement == "pose":
+        sample["pose"] = _pose_sample(sidecar, index, record)
     if tok is not None:
         sample["context_text"] = tok.detokenize(tokens[:a].tolist())
         sample["terminal_text"] = tok.detokenize(tokens[a:P].tolist())
     return {"stats": stats, "sample": sample}
+
+
+def _pose_sample(sidecar, index: int, record: np.ndarray) -> dict:
+    """PoSE's draws of one ``pose`` sample: its first chunk ``r1``, the position skip ``k``
+    and the text skipped between its chunks (the gap between its first two corpus pieces;
+    none when they are one piece)."""
+    skip = None  # samples stored whole: the skip is not recorded
+    if sidecar.sources is not None:
+        real = [(int(s), int(n)) for s, n in SpanIndex.of(sidecar).pieces(index).tolist()
+                if s >= 0]
+        skip = real[1][0] - sum(real[0]) if len(real) > 1 else 0
+    return {"first_chunk": int(record[2]), "position_skip": int(record[3] - record[2]),
+            "text_skip": skip}
 
 
 def _eod_id(header: SidecarHeader, given: Any | None) -> int:
@@ -165,6 +180,14 @@ def render_inspection(prefix: str, found: dict) -> str:
         lines.append(f"  tokens {run['token_offset']}..{run['token_offset'] + run['length'] - 1}"
                      f" -> positions {run['first_position']}.."
                      f"{run['first_position'] + run['length'] - 1}")
+    if "pose" in sample:
+        pose, pre = sample["pose"], stats["preprocessing"]
+        dropped = pre.get("documents_dropped")  # a merged prefix keeps it per shard
+        lines.append(f"PoSE ({pre.get('pose', {}).get('law', 'train_pose.py')}): first chunk "
+                     f"r1={pose['first_chunk']}, text skip {pose['text_skip']} tokens, "
+                     f"position skip k={pose['position_skip']}"
+                     + (f"; documents dropped (shorter than the window): {dropped:,}"
+                        if dropped is not None else ""))
     lines.append(f"position_ids: {_compact(np.asarray(sample['position_ids']))}")
     values, first = np.unique(np.asarray(sample["loss_mask"]), return_index=True)
     lines.append("loss weights: " + ", ".join(

@@ -36,6 +36,29 @@ def prompt_prefix(spm_args, tmp_path_factory):
 @pytest.mark.parametrize("eod_mask_loss", [True, False])
 def test_inspect_json_equals_dataset_getitem(prompt_prefix, spm_tokenizer, run_tool, tmp_path,
                                              eod_mask_loss):
+    context_eods, terminal_eods = _compare(prompt_prefix, spm_tokenizer, run_tool, tmp_path,
+                                           eod_mask_loss)
+    # the cases the two used to differ on are present: EOD inputs in the context (masked under
+    # --eod-mask-loss) and in the prompt terminal (kept)
+    assert context_eods > 0 and terminal_eods > 0
+
+
+@pytest.mark.parametrize("flags", [["--terminal-length", 1],
+                                   ["--terminal-source", "prompt", "--terminal-prompts", "ep1-3",
+                                    "--terminal-loss-weight", 0.25]], ids=["pose", "et_pose"])
+def test_inspect_json_equals_dataset_getitem_for_pose(flags, spm_args, spm_tokenizer, run_tool,
+                                                      tmp_path):
+    """PoSE's law (``--placement pose``): its two chunks and text skip reach training as
+    inspect shows them."""
+    prefix = str(tmp_path / "pose")
+    assert run_cli(preprocess_cli.main, spm_args(prefix, "--placement", "pose", *flags)) == 0
+    _compare(prefix, spm_tokenizer, run_tool, tmp_path, True)
+
+
+def _compare(prefix, spm_tokenizer, run_tool, tmp_path, eod_mask_loss) -> tuple[int, int]:
+    """Every sample of a 12-sample train split: inspect's arrays equal the dataset's; returns
+    the EOD inputs counted in contexts and in terminals."""
+    prompt_prefix = prefix
     config = EndPromptDatasetConfig(
         random_seed=3, sequence_length=P, blend=([prompt_prefix], [1.0]), split="100,0,0",
         tokenizer=spm_tokenizer, reset_position_ids=False, reset_attention_mask=False,
@@ -60,6 +83,4 @@ def test_inspect_json_equals_dataset_getitem(prompt_prefix, spm_tokenizer, run_t
         tokens = want["tokens"].numpy()
         context_eods += int(np.sum(tokens[: a - 1] == eod))
         terminal_eods += int(np.sum(tokens[a - 1:] == eod))
-    # the cases the two used to differ on are present: EOD inputs in the context (masked under
-    # --eod-mask-loss) and in the prompt terminal (kept)
-    assert context_eods > 0 and terminal_eods > 0
+    return context_eods, terminal_eods

@@ -46,7 +46,40 @@ def _run(prefix, tmp, name, *extra, nproc=2):
     return parse_losses(log)
 
 
+@pytest.fixture(scope="module", params=["pose", "et_pose"])
+def pose_prefix(request, tmp_path_factory):
+    """``--placement pose``: PoSE itself (continuation, b = 1, uniform loss) or ET(PoSE) with
+    PoSE's law (a 6-token prompt at ``L - b``, w = 0.1)."""
+    from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+
+    root = tmp_path_factory.mktemp(request.param)
+    if request.param == "pose":
+        terminal, w = TerminalSpec(source="continuation", length=1), 1.0
+    else:
+        (root / "prompt.txt").write_text("7 8 9 10 11 12\n")
+        terminal, w = TerminalSpec(source="prompt", prompts=str(root / "prompt.txt")), 0.1
+    return write_motif_prefix(str(root), seq_length=P, target_length=L, vocab=VOCAB,
+                              placement="pose", pose_chunks=2, terminal=terminal,
+                              terminal_loss_weight=w)
+
+
 def test_parallel_layouts_agree_with_single_rank(prefix, tmp_path):
+    _pin_parallel_layouts(prefix, tmp_path)
+
+
+def test_pose_layouts_agree_with_single_rank(pose_prefix, tmp_path):
+    """PoSE and ET(PoSE) samples (text skips, one sample per document) under every parallel
+    layout give the single-rank first loss."""
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+
+    sc = read_sidecar(sidecar_path(pose_prefix), prefix=pose_prefix)
+    assert sc.layout.placement == "pose" and sc.header.stats["pose"]["text_skip_mean"] > 0
+    _pin_parallel_layouts(pose_prefix, tmp_path)
+
+
+def _pin_parallel_layouts(prefix, tmp_path):
+    """TP=2, PP=2, PP=2 with virtual stages and DP=2 with the distributed optimizer give the
+    single-rank first loss from one checkpoint (1e-5 relative)."""
     base = str(tmp_path / "base")
     _run(prefix, tmp_path, "base", "--train-iters", "1", "--save", base, "--save-interval", "1",
          nproc=1)

@@ -48,6 +48,7 @@ from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identi
 from megatron_endprompt.disk import atomic_path, remove_stale_temporaries
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.layout import LayoutConfig
+from megatron_endprompt import pose_law
 
 
 class NoSampleError(UserError):
@@ -194,8 +195,7 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         **(extra_stats or {}),
         "documents_used": stats.docs,
         "documents_shorter_than_sample": stats.docs_shorter_than_sample,
-        "short_documents_handling": "packed with neighbouring documents" + (
-            " (contiguous positions)" if term.source == "document-tail" else ""),
+        "short_documents_handling": short_documents_handling(opts.layout, term.source),
         "samples_written": stats.samples,
         "tokens_in": stats.tokens_in,
         "tokens_in_samples": stats.samples * (P + 1),
@@ -205,6 +205,10 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         "prompt_counts": dict(zip(prompt_texts, stats.prompt_counts)),
         "prompt_ids": {p: ids.tolist() for p, ids in zip(prompt_texts, prompt_tokens)},
     }
+    if opts.layout.placement == "pose":
+        summary["documents_dropped"] = stats.docs_dropped
+        summary["tokens_in_dropped_documents"] = stats.tokens_dropped
+        summary["pose"] = pose_stats(stats)
     if EOT_PROMPT in prompt_texts:  # which token the paper's EP2 became under this tokenizer
         summary["ep2"] = ep2_note(tokenizer)
     if opts.partition[1] > 1:
@@ -240,6 +244,25 @@ def _build(opts: SidecarOptions, bin_path, idx_path, out_path, tokenizer, extra_
         return summary
     write_sidecar_atomic(sidecar_path(prefix, opts.name), header, records.array(), packed)
     return summary
+
+
+def short_documents_handling(layout: LayoutConfig, source: str) -> str:
+    """What the summary says became of documents shorter than one sample."""
+    if layout.placement == "pose":
+        return ("those shorter than PoSE's window dropped, as documents_dropped counts: one "
+                "sample per document holding the window")
+    return "packed with neighbouring documents" + (
+        " (contiguous positions)" if source == "document-tail" else "")
+
+
+def pose_stats(stats) -> dict:
+    """The ``pose`` object of a ``pose`` layout's summary: the law read, its samples, the
+    documents dropped and the mean text and position skips."""
+    n = max(stats.samples, 1)
+    return {"law": pose_law.LAW, "samples": stats.samples,
+            "documents_dropped": stats.docs_dropped,
+            "text_skip_mean": stats.pose_text_skip / n,
+            "position_skip_mean": stats.pose_position_skip / n}
 
 
 def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> None:

@@ -12,10 +12,14 @@ import numpy as np
 
 def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab: int,
                        docs: int = 150, terminal_length: int = 8,
-                       terminal_loss_weight: float = 1.0, **layout: object) -> str:
+                       terminal_loss_weight: float = 1.0, terminal: object | None = None,
+                       **layout: object) -> str:
     """``root/ep`` (.bin/.idx/.endprompt) from ``docs`` documents of a 6-token motif x 12;
-    ``terminal_loss_weight``: ``w`` (context weight 1); ``layout``: other
-    :class:`~megatron_endprompt.layout.LayoutConfig` fields."""
+    ``terminal_loss_weight``: ``w`` (context weight 1); ``terminal``: a
+    :class:`~megatron_endprompt.data.sidecar.terminal_spec.TerminalSpec` (default: a
+    continuation of ``terminal_length`` tokens; prompts are NullTokenizer ids, e.g. a file
+    line ``7 8 9``); ``layout``: other :class:`~megatron_endprompt.layout.LayoutConfig`
+    fields."""
     from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
     from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
@@ -35,6 +39,6 @@ def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab:
         layout=LayoutConfig(seq_length=seq_length, target_length=target_length,
                             loss_weights=LossWeights(terminal=terminal_loss_weight, context=1.0),
                             **layout),
-        terminal=TerminalSpec(source="continuation", length=terminal_length),
+        terminal=terminal or TerminalSpec(source="continuation", length=terminal_length),
         append_eod=True))
     return out

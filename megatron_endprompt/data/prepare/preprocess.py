@@ -251,7 +251,14 @@ def format_summary(summary: dict) -> str:
         f"samples: {summary['samples_written']:,}  tokens in samples: "
         f"{summary['tokens_in_samples']:,} (of {summary['tokens_in']:,} tokenized)",
     ]
-    if summary["tokens_unused_middle"]:
+    if "pose" in summary:
+        pose = summary["pose"]
+        lines.append(f"PoSE ({pose['law']}): documents dropped: {summary['documents_dropped']:,}; "
+                     f"tokens outside the chunks (text skips, tails): "
+                     f"{summary['tokens_unused_middle']:,}; mean text skip "
+                     f"{pose['text_skip_mean']:.1f}, mean position skip "
+                     f"{pose['position_skip_mean']:.1f}")
+    elif summary["tokens_unused_middle"]:
         lines.append(f"tokens between context and document tail (unused by design): "
                      f"{summary['tokens_unused_middle']:,}")
     if summary.get("samples_contiguous_positions"):

@@ -16,9 +16,13 @@ its layout record. The terminal sources:
   code, no position jump either. They are counted (``samples_contiguous``).
 * ``prompt``: the stream gives ``a = P - len(prompt)`` context tokens, followed by the prompt
   and the EOD token as the final label; a prompt is drawn per sample from the set.
+* placement ``pose`` (:mod:`megatron_endprompt.pose_law`): one sample per document, PoSE's
+  two chunks of it (a continuation sample ends with the label after the second chunk, a
+  prompt sample with the prompt and the EOD); the draws come from ``sample_rng(seed, j)`` of
+  document ``j``, and documents shorter than the window are dropped and counted.
 
-Documents shorter than one sample are never dropped: they are packed with their neighbours.
-Only the stream's final
+Other placements never drop a document shorter than one sample: it is packed with its
+neighbours. Only the stream's final
 remainder, too short for one more sample, is left out, and it is counted.
 """
 
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from megatron_endprompt.data.sidecar.terminal_spec import check_source
+from megatron_endprompt import pose_law
 from megatron_endprompt.layout import LayoutConfig, make_record, sample_rng
 
 
@@ -54,6 +59,14 @@ class SampleStats:
     """Tokens at the end of the stream that could not fill one more sample."""
     prompt_counts: list[int] = field(default_factory=list)
     """``prompt``: how often each prompt was drawn."""
+    docs_dropped: int = 0
+    """``pose``: documents shorter than PoSE's window (no sample)."""
+    tokens_dropped: int = 0
+    """``pose``: the tokens of those documents."""
+    pose_text_skip: int = 0
+    """``pose``: text tokens skipped between the chunks, summed over samples."""
+    pose_position_skip: int = 0
+    """``pose``: position skips ``k``, summed over samples."""
 
 
 def contiguous_record(layout: LayoutConfig, terminal_length: int) -> np.ndarray:
@@ -132,6 +145,8 @@ class SampleMaker:
             if terminal_length is None:
                 raise ValueError(f"--terminal-source {terminal_source} needs --terminal-length")
             layout.check_terminal_length(terminal_length)
+        pose_law.check_pose_terminal(layout, source=terminal_source,
+                                     terminal_length=terminal_length)
         self.layout = layout
         self.source = terminal_source
         self.b = terminal_length
@@ -159,6 +174,10 @@ class SampleMaker:
         else:
             record = make_record(self.layout, terminal_length=terminal_length, rng=rng)
         self._pending = None
+        return self._count(tokens, record, choice)
+
+    def _count(self, tokens: np.ndarray, record: np.ndarray,
+               choice: int) -> tuple[np.ndarray, np.ndarray]:
         self.stats.samples += 1
         if choice >= 0:
             self.stats.prompt_counts[choice] += 1
@@ -173,6 +192,9 @@ class SampleMaker:
         self.stats.tokens_in += len(tokens)
         if len(tokens) < P + 1:
             self.stats.docs_shorter_than_sample += 1
+        if self.layout.placement == "pose":
+            yield from self._add_document_pose(tokens)
+            return
         if self.source == "document-tail":
             yield from self._add_document_tail(tokens)
             return
@@ -208,6 +230,27 @@ class SampleMaker:
             self._stream.drop(P)
             self.stats.samples_contiguous += 1
             yield self._emit(window, b, contiguous=True)
+
+    def _add_document_pose(self, tokens: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        P, L = self.layout.seq_length, self.layout.target_length
+        rng = sample_rng(self.seed, self.stats.docs - 1)  # per document: drops shift nothing
+        choice = int(rng.integers(len(self.prompts))) if self.prompts else -1
+        b = self.b if choice < 0 else len(self.prompts[choice])
+        window = P if choice < 0 else P - b
+        text = len(tokens) - 1  # the last token (EOD) may only be a label
+        if pose_law.usable_tokens(text, P) < window:
+            self.stats.docs_dropped += 1
+            self.stats.tokens_dropped += len(tokens)
+            return
+        d = pose_law.draw(rng, text_tokens=text, window=window, seq_length=P, target_length=L)
+        first, second = tokens[: d.r1], tokens[d.l2 : d.r2 + (choice < 0)]
+        tail = [] if choice < 0 else [self.prompts[choice], np.array([self.eod])]
+        sample = np.concatenate([first, second, *tail])
+        self.stats.tokens_unused_middle += len(tokens) - len(first) - len(second)
+        self.stats.pose_text_skip += d.l2 - d.r1
+        self.stats.pose_position_skip += d.k
+        yield self._count(sample, pose_law.pose_record(d, self.layout, terminal_length=b,
+                                                       prompt=choice >= 0), choice)
 
     def finish(self) -> None:
         """Record what is left in the stream (too short for one more sample)."""

@@ -19,6 +19,7 @@ from megatron_endprompt.data.sidecar.terminal_spec import TERMINAL_SOURCES as SO
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LAYOUT_HEADER_KEYS, PLACEMENTS, LayoutConfig, context_lengths
 from megatron_endprompt.loss_weights import LossWeights
+from megatron_endprompt.pose_law import check_pose_records, check_pose_terminal
 
 _INT32 = 2**31 - 1
 _IDX_HEADER = 34  # Megatron .idx: magic 9, version 8, dtype 1, sequence and document counts
@@ -72,6 +73,8 @@ def validate_header(values: dict, path: str) -> None:
         raise bad("layout.placement", layout["placement"], f"one of {PLACEMENTS}")
     if not _int_in(layout["pose_chunks"], 1, P - 1):
         raise bad("layout.pose_chunks", layout["pose_chunks"], f"an integer in [1, P-1={P - 1}]")
+    if layout["placement"] == "pose" and layout["pose_chunks"] != 2:
+        raise bad("layout.pose_chunks", layout["pose_chunks"], "2 for placement pose")
     for key, name, want in (("terminal_loss_weight", "terminal", "finite and > 0"),
                             ("context_loss_weight", "context", "finite and >= 0")):
         value = layout[key]
@@ -96,6 +99,12 @@ def validate_header(values: dict, path: str) -> None:
             config.check_terminal_length(b)
         except ValueError as exc:
             raise bad("terminal_length", b, str(exc)) from None
+    try:
+        check_pose_terminal(config, source=source, terminal_length=b)
+    except ValueError as exc:
+        name, value = ("terminal_length", b) if source == "continuation" else \
+            ("terminal_source", source)
+        raise bad(name, value, str(exc)) from None
     prompts = values.get("prompts", [])
     if not isinstance(prompts, list) or not all(isinstance(p, str) and p for p in prompts):
         raise bad("prompts", prompts, "a list of non-empty strings")
@@ -181,7 +190,8 @@ def check_records(records: np.ndarray, layout: LayoutConfig, terminal_length: in
     """First impossible record of a chunk ``[n, 2N]`` as ``(row, reason)``; ``None`` if all
     are layouts ``make_record`` can draw: ``1 <= a < P``, ``a = P - b`` for a fixed ``b``,
     ``a <= T <= L - b`` (``T = L - b`` for fixed placement), PoSE cuts increasing inside the
-    context and skips non-decreasing within the budget ``T - a``. ``contiguous_ok``
+    context and skips non-decreasing within the budget ``T - a``; placement ``pose``: PoSE's
+    law besides (:func:`~megatron_endprompt.pose_law.check_pose_records`). ``contiguous_ok``
     (``document-tail``): a record with contiguous positions (``T = a``, no skip; samples packed
     from documents shorter than one sample) is valid under fixed placement too."""
     if len(records) == 0:
@@ -206,6 +216,8 @@ def check_records(records: np.ndarray, layout: LayoutConfig, terminal_length: in
         checks.append((inc & (cuts[:, 0] >= 1) & (cuts[:, -1] <= a - 1), "PoSE cuts"))
         nondec = np.all(np.diff(skips, axis=1) >= 0, axis=1) if N > 2 else np.ones(len(a), bool)
         checks.append((nondec & (skips[:, 0] >= 0) & (skips[:, -1] <= T - a), "PoSE skips"))
+    if layout.placement == "pose":
+        checks += check_pose_records(records, layout, terminal_length)
     for ok, why in checks:
         if not ok.all():
             row = int(np.flatnonzero(~ok)[0])

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_endprompt.layout import LayoutConfig
+from megatron_endprompt.pose_law import check_pose_terminal
 
 TERMINAL_SOURCES: tuple[str, ...] = ("continuation", "document-tail", "prompt")
 """``--terminal-source`` choices (see :mod:`~megatron_endprompt.data.prepare.samples`)."""
@@ -62,6 +63,7 @@ class TerminalSpec:
 
     def check(self, layout: LayoutConfig) -> None:
         """``ValueError`` when ``b`` does not fit ``layout`` (prompts are checked once
-        tokenized)."""
+        tokenized), or the source does not suit its placement (``pose``)."""
+        check_pose_terminal(layout, source=self.source, terminal_length=self.length)
         if self.length is not None:
             layout.check_terminal_length(self.length)
