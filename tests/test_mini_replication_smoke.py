@@ -31,9 +31,12 @@ def test_method_layouts_are_the_documented_ones():
     assert fixed[:2] == ["--placement", "fixed"] and "document-tail" in fixed
     assert run.layout_flags("d", **kw)[:2] == ["--placement", "random"]
     pose = run.layout_flags("e", **{**kw, "w": 0.5})  # PoSE: no anchored tail, uniform weight
-    assert pose[pose.index("--terminal-length") + 1] == "1"  # rewritten: test_replication_pose
+    assert pose[:2] == ["--placement", "pose"] and "continuation" in pose
+    assert pose[pose.index("--terminal-length") + 1] == "1"
     assert pose[pose.index("--terminal-loss-weight") + 1] == "1"
-    assert pose[pose.index("--pose-chunks") + 1] == "2"
+    etp = run.layout_flags("etp", **kw)  # the paper's ET(PoSE): PoSE's law + EP1, w = 0.1
+    assert etp[:2] == ["--placement", "pose"] and etp[etp.index("--terminal-prompts") + 1] == "ep1"
+    assert etp[etp.index("--terminal-loss-weight") + 1] == "0.1"
     et = run.layout_flags("f", **{**kw, "w": 0.5})
     assert et[et.index("--pose-chunks") + 1] == "2" and "document-tail" in et
     assert et[et.index("--terminal-loss-weight") + 1] == "0.5"

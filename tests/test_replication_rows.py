@@ -114,3 +114,22 @@ def test_the_report_pairs_the_papers_comparisons_and_writes_partial_blocks(tmp_p
     assert "2 seed(s) of 3 (partial)" in md and "| (hd) " in md and "56.0%" in md
     assert "step vs (hd)" in report.main_table(results)
     assert json.load(open(written[0]))["seeds_done"] == 2
+
+
+def test_pose_rows_are_the_tools_pose_layouts(rep):
+    """(e) PoSE and (etp) the paper's ET(PoSE) are built by preprocessing's own
+    ``--placement pose`` (no benchmark rewrite of the sidecar): PoSE's law, and for (etp) the
+    EP1 prompt at ``L - b`` with ``w = 0.1``, every context position below the terminal."""
+    from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
+    from megatron_endprompt.layout import positions_from_record
+
+    for m, source in (("e", "continuation"), ("etp", "prompt")):
+        kw = layouts.build(rep, m, f"{m}_seed0", 0, terminal=48, w=1.0)
+        assert f"({m}) {source}/pose/N=2" in layouts.check(m, kw, rep.c, terminal=48, w=1.0)
+        sc = read_sidecar(sidecar_path(kw["data_prefix"]), prefix=kw["data_prefix"])
+        assert sc.layout.placement == "pose"
+        for r in np.asarray(sc.records):
+            pos = positions_from_record(r, rep.P)
+            assert pos[: r[0]].max() < r[1] and pos.max() <= rep.L - 1
+        if m == "etp":
+            assert sc.layout.loss_weights.terminal == rep.c["prompt_w"]

@@ -19,7 +19,6 @@ import os
 import numpy as np
 
 from benchmarks.replication import controls
-from benchmarks.replication import pose
 from benchmarks.replication import run
 
 #: Methods trained on plain Megatron data (contiguous positions, no sidecar).
@@ -58,8 +57,6 @@ def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
         "--workers", "1", "--no-progress", "--seed", str(1000 + seed), *flags])
     if m in ("d0", "g1n"):  # positions made contiguous ((d0): (d)'s own samples, same seed)
         controls.make_contiguous(sidecar_path(prefix))
-    elif m == "e":  # the same documents, one PoSE sample each (PoSE's own law)
-        pose.write_pose_sidecar(prefix, seed=1000 + seed)
     return dict(seq=seq, target=rep.L, mb=max(1, c["ft_docs"] // 2), data_prefix=prefix)
 
 
@@ -83,9 +80,14 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
         need(len(lengths) > 0, "no document")
         if m in ("b", "h"):
             need(np.all(lengths == L), f"full-length documents are not padded to L = {L}")
-        if m in PACKED:  # documents with their EOD, unpadded: the stream is every token
-            need(np.all(lengths < L), "a padded or over-long document in a packed stream")
-            need(kw.get("seq") == L, f"packed into {kw['seq']}-token windows, not L = {L}")
+        if m in PACKED:  # documents with their one EOD each, unpadded: every token is text
+            idx = IndexReader(prefix + ".idx")
+            tokens = np.fromfile(prefix + ".bin", dtype=idx.dtype)
+            ends = np.cumsum(lengths)
+            eod = tokens[ends - 1]
+            need(np.all(eod == eod[0]), "a document does not end with the EOD token")
+            need(not np.any(tokens[ends - 2] == eod[0]), "EOD padding in a packed stream")
+            need(kw.get("seq") == L, f"packed into {kw.get('seq')}-token windows, not L = {L}")
         return f"({m}) plain: {len(lengths)} sequences"
     sc = read_sidecar(sidecar_path(prefix), prefix=prefix)  # verified as the trainer does
     h, lay = sc.header, sc.layout
@@ -102,7 +104,8 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     jumped = T > a
     prompt = h.terminal_source == "prompt"
     want = {"c": ("document-tail", "fixed", 1), "d": ("document-tail", "random", 1),
-            "d0": ("document-tail", "random", 1), "e": ("document-tail", "random", 2),
+            "d0": ("document-tail", "random", 1), "e": ("continuation", "pose", 2),
+            "etp": ("prompt", "pose", 2),
             "f": ("document-tail", "random", 2), "g": ("prompt", "fixed", 1),
             "g1p": ("prompt", "fixed", 1), "g1n": ("continuation", "random", 1)}[m]
     need((h.terminal_source, lay.placement, lay.pose_chunks) == want,
@@ -112,12 +115,12 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     need(lay.loss_weights.terminal == weight and lay.loss_weights.context == 1.0,
          f"loss weights {lay.loss_weights.terminal}/{lay.loss_weights.context}, not {weight}/1")
     if prompt:
-        names = PROMPT_SETS["ep1" if m == "g1p" else "ep1-3"]
+        names = PROMPT_SETS["ep1" if m in ("g1p", "etp") else "ep1-3"]
         need(tuple(h.prompts) == tuple(names), f"prompts {h.prompts}, not {list(names)}")
     else:
         need(h.terminal_length == (1 if m in ("e", "g1n") else terminal),
              f"terminal length {h.terminal_length}")
-    if m in ("c", "g", "g1p"):
+    if m in ("c", "g", "g1p", "etp"):
         need(jumped.any() and np.all(T[jumped] == L - (P - a[jumped])),
              "terminals not at L - b")
     if m in ("d", "f"):
@@ -126,8 +129,9 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
         need(not jumped.any(), "a position jump")
     if m == "g1n":
         need(seq < P, f"(g1p)'s context length a = {seq} is not below P = {P}")
-    if m == "e":
-        need(np.all(rec[:, 2] <= (P + 1) // 2), "a first chunk over ceil(P/2)")
+    if m in ("e", "etp"):  # PoSE's law over the context: a first chunk of U{1..ceil(a/2)}
+        need(np.all((rec[:, 2] >= 1) & (rec[:, 2] <= (a + 1 + (m == "e")) // 2)),
+             "a first chunk outside 1..ceil(a/2)")
         stats = h.stats.get("pose", {})
         need(stats.get("samples") == len(rec) and stats.get("text_skip_mean", 0) > 0,
              "no text skip at the cut")

@@ -21,6 +21,7 @@ METHODS = {
     "g1p": "short-range docs + EP1 terminal",
     "g1n": "short-range docs, no terminal, (g1p)'s cuts",
     "g1nP": "short-range docs, no terminal, P-token windows",
+    "etp": "ET(PoSE): PoSE's law + EP1 terminal",
     "hd": "full-length FT, equal tokens, (d)'s docs packed",
     "hg": "full-length FT, equal tokens, (g1p)'s docs packed",
 }
@@ -51,7 +52,7 @@ SIZES = {
                  prompt_w=0.1, fact_span=80,
                  log_interval=10, lengths="320,480,640", samples=100, eval_batch=25,
                  ppl_docs=12, ppl_windows=12,
-                 methods="a,b,c,d,e,f,g,hd,hg,d0,a1,g1p,g1n", sweep_b=[32, 80],
+                 methods="a,b,c,d,e,f,etp,g,hd,hg,d0,a1,g1p,g1n", sweep_b=[32, 80],
                  held_out="niah_multikey_2,niah_multivalue,niah_multiquery"),
     "smoke": dict(hidden=64, ffn=176, layers=4, heads=4, groups=2, vocab=1024, split_digits=False,
                   L0=128, L=384,

@@ -118,12 +118,13 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
 
 
 def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> list[str]:
-    """Preprocessing flags of the methods built from a sidecar (c)-(g)."""
+    """Preprocessing flags of the methods built from a sidecar (c)-(g), (etp)."""
     tail = ["--terminal-source", "document-tail", "--terminal-length", str(terminal),
             "--terminal-loss-weight", f"{w:g}"]
     return {"c": ["--placement", "fixed", *tail],
             "d": ["--placement", "random", *tail],
-            "e": list(pose.PREPROCESS_FLAGS),  # then rewritten: pose.py
+            "e": list(pose.POSE_FLAGS),  # PoSE as train_pose.py draws it (--placement pose)
+            "etp": [*pose.ET_POSE_FLAGS[:-1], f"{prompt_w:g}"],  # the paper's ET(PoSE)
             "f": ["--placement", "random", "--pose-chunks", "2", *tail],
             "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
                   "ep1-3",  # the committed (g) results used the mixture, the old default
