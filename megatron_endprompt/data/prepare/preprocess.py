@@ -172,6 +172,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
         docs = None if early is None else early.adopt(
             encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
+        ran = encoder if docs is None else early.encoder  # whose slow_docs count this run
         if docs is None and encoder is not None:
             docs = fast_encoded(read_lines(span), encoder, json_keys=opts.json_keys,
                                 vocab=tokenizer.vocab_size, spec=opts.tokenizer)
@@ -195,6 +196,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         read = {"documents_read": n_docs + sum(skipped.values()),
                 "documents_skipped": dict(skipped),
                 "tokenizer_path": path, "tokenizer_path_reason": why}
+        if getattr(ran, "missing_bytes", ()):
+            read["documents_on_hf_path"] = ran.slow_docs
         if opts.partitions > 1:  # what a merge checks: every shard of this one run
             read["run_id"] = run_id(
                 base_seed=opts.terminal.seed, layout=opts.layout.to_header(),
@@ -223,6 +226,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
 
 
 _PATH_NAMES = {"tiktoken": "tiktoken", "rust-batch": "HF tokenizers (Rust batches)",
+               "spm-batch": "SentencePiece (C++ batches)",
                "per-document": "Megatron's tokenizer per document (worker pool)"}
 
 
@@ -241,8 +245,12 @@ def format_summary(summary: dict) -> str:
         + (f"  (tokenized: {summary['tokenizer_path']})" if "tokenizer_path" in summary else ""),
     ]
     if "tokenizer_path" in summary:  # with --no-progress too: which path ran and why
+        slow = summary.get("documents_on_hf_path")
         lines.append(f"tokenizer path: {_PATH_NAMES[summary['tokenizer_path']]} "
-                     f"({summary['tokenizer_path_reason']})")
+                     f"({summary['tokenizer_path_reason']})"
+                     + ("" if slow is None else f"; {slow:,} of {summary['documents_read']:,} "
+                        "documents held a byte the vocabulary lacks and took the HF "
+                        "tokenizers path"))
     for reason, n in summary["documents_skipped"].items():
         lines.append(f"  skipped ({reason}): {n:,}")
     lines += [
