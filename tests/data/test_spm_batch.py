@@ -70,7 +70,7 @@ def test_batch_path_writes_megatrons_bin_idx(which, tok_type, append_eod, models
                             _argv(corpus, tmp_path / "ours", tok_type, model, *extra))
     assert rc == 0, err
     assert "tokenizer path: SentencePiece (C++ batches) (SentencePiece encode of a batch on " \
-           "C++ threads, 2 threads; ids equal Megatron's" in out
+           "--workers C++ threads; ids equal Megatron's" in out
     assert "long lines cut at spaces" in out
     tokenizer = build_tokenizer(TokenizerSpec(tokenizer_type=tok_type, tokenizer_model=model))
     ref = megatron_preprocess(corpus, str(tmp_path / "megatron"), tokenizer,

@@ -53,7 +53,7 @@ def spm_processor(tokenizer: Any) -> tuple[Any | None, str]:
     if getattr(lib, "removed_extra_spaces", False) and \
             not getattr(lib, "ignore_extra_whitespaces", True):
         return None, "extra-whitespace markers inserted in Python per document"
-    return proc, "SentencePiece encode of a batch on C++ threads"
+    return proc, "SentencePiece encode of a batch on --workers C++ threads"
 
 
 def cut_safe(proc: Any) -> bool:
@@ -159,5 +159,5 @@ def choose_spm_encoder(tokenizer: Any, texts: list[str], *, append_eod: bool,
     if diff is not None:
         return None, diff
     cuts = "long lines cut at spaces" if enc.chunkable else "long lines encoded whole"
-    return enc, (f"{what}, {workers} threads; ids equal Megatron's on {len(texts)} documents "
+    return enc, (f"{what}; ids equal Megatron's on {len(texts)} documents "
                  f"and {len(SPM_STRESS_TEXTS) + len(STRESS_TEXTS)} stress texts; {cuts}")
