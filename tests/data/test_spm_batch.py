@@ -72,10 +72,16 @@ def test_batch_path_writes_megatrons_bin_idx(which, tok_type, append_eod, models
     assert "tokenizer path: SentencePiece (C++ batches) (SentencePiece encode of a batch on " \
            "--workers C++ threads; ids equal Megatron's" in out
     assert "long lines cut at spaces" in out
+    assert "cold run); sentencepiece alone matched it" in out
     tokenizer = build_tokenizer(TokenizerSpec(tokenizer_type=tok_type, tokenizer_model=model))
     ref = megatron_preprocess(corpus, str(tmp_path / "megatron"), tokenizer,
                               append_eod=append_eod)
     assert same_bin_idx(str(tmp_path / "ours"), ref)
+    # warm: the cached verdict's sentencepiece-only stand-in, same bytes
+    rc, out, err = run_tool(preprocess_cli.main,
+                            _argv(corpus, tmp_path / "warm", tok_type, model, *extra))
+    assert rc == 0 and "model read by sentencepiece alone, no torch/Megatron import" in out, err
+    assert same_bin_idx(str(tmp_path / "warm"), ref)
 
 
 @pytest.mark.parametrize("which", ["spm", "llama2"])
@@ -91,6 +97,20 @@ def test_long_text_cut_at_spaces_same_ids(which, models, monkeypatch):
     enc = SpmEncoder(proc, eod=tokenizer.eod, workers=2, chunkable=True)
     for text, ids in zip(texts, enc.encode(texts)):
         assert ids.tolist() == [*tokenizer.tokenize(text), tokenizer.eod]
+
+
+def test_verdict_refused_when_ids_differ(models):
+    """A wrapper whose ids differ from the plain processor's is never stood in for."""
+    from megatron_endprompt.data.tokenize.spm_encoder import SpmTokenizer
+    from megatron_endprompt.data.tokenize.tokenizer_verdict import compare_spm
+
+    tokenizer = build_tokenizer(TokenizerSpec(tokenizer_type="Llama2Tokenizer",
+                                              tokenizer_model=models["spm"]))
+    assert compare_spm(SpmTokenizer(models["spm"]), tokenizer) is None
+    assert "differs from Megatron's" in compare_spm(SpmTokenizer(models["llama2"]), tokenizer)
+    light = SpmTokenizer(models["spm"])
+    light.tokenize = lambda text: [1, 2]  # a stand-in with other ids
+    assert compare_spm(light, tokenizer).startswith("ids differ from Megatron's")
 
 
 def test_legacy_wrapper_with_special_tokens_keeps_the_pool(models, spm_corpus):
