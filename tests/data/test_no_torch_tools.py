@@ -76,3 +76,15 @@ def test_preprocess_with_a_cached_verdict_does_not_import_torch(llama3_args, run
             prefix, "--workers", 2, "--tokenizer-backend", backend)) == ""
         for s in (".bin", ".idx"):
             assert (tmp_path / f"cold{s}").read_bytes() == open(f"{prefix}{s}", "rb").read()
+
+
+def test_sentencepiece_preprocess_with_a_cached_verdict_does_not_import_torch(
+        spm_args, run_tool, tmp_path):
+    """A warm SentencePiece run (the model read by ``sentencepiece`` alone, its verdict cached
+    by the cold run) imports none of torch, Megatron-Core, transformers; same bytes."""
+    rc, out, err = run_tool(preprocess_cli.main, spm_args(tmp_path / "cold", "--workers", 2))
+    assert rc == 0 and "sentencepiece alone matched it, verdict cached" in out, err
+    prefix = tmp_path / "warm"
+    assert _heavy_modules("preprocess_endprompt.py", spm_args(prefix, "--workers", 2)) == ""
+    for s in (".bin", ".idx"):
+        assert (tmp_path / f"cold{s}").read_bytes() == open(f"{prefix}{s}", "rb").read()

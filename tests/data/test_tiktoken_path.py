@@ -133,10 +133,11 @@ def test_refused_kinds_fall_back_with_reason(kind, reason, spm_corpus):
     assert enc is None and reason in why
 
 
-def test_sentencepiece_megatron_tokenizer_uses_pool_with_reason(spm_tokenizer, spm_corpus):
+def test_sentencepiece_megatron_tokenizer_uses_spm_batches_with_reason(spm_tokenizer,
+                                                                       spm_corpus):
     enc, path, why = choose_encoder(spm_tokenizer, _texts(spm_corpus)[:4], append_eod=True,
                                     workers=1)
-    assert enc is None and path == "per-document" and "not a Hugging Face fast" in why
+    assert enc is not None and path == "spm-batch" and "SentencePiece encode" in why
 
 
 def test_long_document_chunked_same_ids(llama3_tokenizer_dir, monkeypatch):
@@ -163,7 +164,7 @@ def test_forced_tiktoken_refused_for_sentencepiece(spm_args, run_tool, tmp_path)
     rc, out, err = run_tool(preprocess_cli.main, spm_args(tmp_path / "o", "--tokenizer-backend",
                                                           "tiktoken"))
     assert rc == 2 and "--tokenizer-backend tiktoken: cannot be used" in err
-    assert "not a Hugging Face fast tokenizer" in err
+    assert "SentencePiece encode of a batch" in err
 
 
 def test_surrogate_check_runs_before_tiktoken(llama3_tokenizer_dir):

@@ -67,11 +67,11 @@ def test_identity_from_tokenizers_alone_equals_megatrons(kind, spm_corpus, llama
 def test_cold_run_caches_the_verdict_warm_run_uses_it(llama3_args, run_tool, tmp_path,
                                                       verdict_cache):
     cold = _summary(run_tool, llama3_args(tmp_path / "cold", "--workers", 2))
-    assert "cold run" in cold["tokenizer_path_reason"]
-    assert "verdict cached in" in cold["tokenizer_path_reason"]
+    assert "cold run" in cold["tokenizer_note"]
+    assert "verdict cached in" in cold["tokenizer_note"]
     assert len(os.listdir(verdict_cache / "tokenizer-verdicts")) == 1
     warm = _summary(run_tool, llama3_args(tmp_path / "warm", "--workers", 2))
-    assert "cached verdict" in warm["tokenizer_path_reason"]
+    assert "cached verdict" in warm["tokenizer_note"]
     assert warm["tokenizer_path"] == cold["tokenizer_path"] == "tiktoken"
     assert _files(tmp_path / "cold") == _files(tmp_path / "warm")
     # the sidecars record the same tokenizer identity (training compares it)
@@ -81,7 +81,7 @@ def test_cold_run_caches_the_verdict_warm_run_uses_it(llama3_args, run_tool, tmp
         open_sidecar(f"{tmp_path}/warm.endprompt").header.tokenizer
     # HF path and prompts too: the same bytes as the cold run's Megatron-built tokenizer
     hf = _summary(run_tool, llama3_args(tmp_path / "hf", "--tokenizer-backend", "hf"))
-    assert "cached verdict" in hf["tokenizer_path_reason"]
+    assert "cached verdict" in hf["tokenizer_note"]
     assert _files(tmp_path / "hf") == _files(tmp_path / "cold")
 
 
@@ -89,7 +89,7 @@ def test_prompts_through_the_cached_verdict_equal_megatrons(llama3_args, run_too
     prompt = ("--terminal-source", "prompt", "--terminal-prompts", "ep1-3")
     cold = _summary(run_tool, llama3_args(tmp_path / "cold", *prompt))
     warm = _summary(run_tool, llama3_args(tmp_path / "warm", *prompt))
-    assert "cached verdict" in warm["tokenizer_path_reason"]
+    assert "cached verdict" in warm["tokenizer_note"]
     assert warm["prompt_ids"] == cold["prompt_ids"] and warm.get("ep2") == cold.get("ep2")
 
 
@@ -104,7 +104,7 @@ def test_transformers_changing_the_tokenizer_is_never_cached(
     (tok_dir / "tokenizer_config.json").write_text(json.dumps(config))
     for name in ("a", "b"):
         s = _summary(run_tool, [*llama3_args(tmp_path / name), "--tokenizer-model", str(tok_dir)])
-        assert "tokenizers alone differs" in s["tokenizer_path_reason"], s
+        assert "tokenizers alone differs" in s["tokenizer_note"], s
     verdicts = verdict_cache / "tokenizer-verdicts"
     assert not verdicts.is_dir() or not os.listdir(verdicts)
 
@@ -130,7 +130,7 @@ def test_verdict_with_another_identity_is_not_used(llama3_args, run_tool, tmp_pa
     entry["identity"]["fingerprint"] = "0" * 64
     path.write_text(json.dumps(entry))
     again = _summary(run_tool, llama3_args(tmp_path / "again"))
-    assert "cold run" in again["tokenizer_path_reason"]
+    assert "cold run" in again["tokenizer_note"]
     assert json.loads(path.read_text())["identity"]["fingerprint"] != "0" * 64
 
 
@@ -138,7 +138,7 @@ def test_cache_off_builds_megatrons_tokenizer(llama3_args, run_tool, tmp_path, m
     monkeypatch.setenv("MEGATRON_ENDPROMPT_CACHE", "off")
     for name in ("a", "b"):
         s = _summary(run_tool, llama3_args(tmp_path / name))
-        assert "MEGATRON_ENDPROMPT_CACHE=off" in s["tokenizer_path_reason"]
+        assert "MEGATRON_ENDPROMPT_CACHE=off" in s["tokenizer_note"]
 
 
 def test_added_token_literal_probed(llama3_tokenizer_dir):

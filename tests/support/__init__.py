@@ -6,5 +6,6 @@ import run_torchrun``):
 * ``hf_configs``: tiny Hugging Face ``LlamaConfig``s (a random model, a RoPE-only one);
 * ``torchrun``: start a worker script on N local ranks;
 * ``sidecar_edit``: rewrite a sidecar header with a valid checksum (a buggy writer's output).
+* ``megatron_preprocess``: the ``.bin/.idx`` Megatron-LM's ``preprocess_data.py`` writes.
 
 Fixtures stay in the ``conftest.py`` files; this package holds plain functions and constants."""

@@ -163,6 +163,10 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         encoder, path, why = choose_encoder(
             tokenizer, first_texts(read_lines(span), opts.json_keys), append_eod=opts.append_eod,
             workers=opts.workers, backend=opts.tokenizer_backend)
+        # the sidecar header records the path and why (what decides the ids); how the tokenizer
+        # was loaded (cold run, cached verdict and its date) is the summary's tokenizer_note
+        # only, so the same input gives the same sidecar bytes whatever the cache holds
+        recorded_why = why
         why = f"{why}; {tokenizer_note}" if tokenizer_note else why
         if opts.tokenizer_backend == "tiktoken" and path != "tiktoken":
             raise UserError(f"--tokenizer-backend tiktoken: cannot be used for "
@@ -172,6 +176,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
             print(f"tokenizer path: {_PATH_NAMES[path]} ({why})", file=sys.stderr, flush=True)
         docs = None if early is None else early.adopt(
             encoder, vocab=tokenizer.vocab_size, eod=tokenizer.eod if opts.append_eod else None)
+        ran = encoder if docs is None else early.encoder  # whose slow_docs count this run
         if docs is None and encoder is not None:
             docs = fast_encoded(read_lines(span), encoder, json_keys=opts.json_keys,
                                 vocab=tokenizer.vocab_size, spec=opts.tokenizer)
@@ -194,7 +199,9 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         progress.close()
         read = {"documents_read": n_docs + sum(skipped.values()),
                 "documents_skipped": dict(skipped),
-                "tokenizer_path": path, "tokenizer_path_reason": why}
+                "tokenizer_path": path, "tokenizer_path_reason": recorded_why}
+        if getattr(ran, "missing_bytes", ()):
+            read["documents_on_hf_path"] = ran.slow_docs
         if opts.partitions > 1:  # what a merge checks: every shard of this one run
             read["run_id"] = run_id(
                 base_seed=opts.terminal.seed, layout=opts.layout.to_header(),
@@ -210,6 +217,8 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         except NoSampleError:
             _no_sample(opts, n_docs, n_tokens)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
+        if tokenizer_note:
+            summary["tokenizer_note"] = tokenizer_note
         check_other_sidecars(opts.prefix, sidecar_path(opts.prefix, opts.name),
                              open_sidecar(tmp[".endprompt"]).header.idx_sha256)
         writer.commit()
@@ -223,6 +232,7 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
 
 
 _PATH_NAMES = {"tiktoken": "tiktoken", "rust-batch": "HF tokenizers (Rust batches)",
+               "spm-batch": "SentencePiece (C++ batches)",
                "per-document": "Megatron's tokenizer per document (worker pool)"}
 
 
@@ -241,8 +251,14 @@ def format_summary(summary: dict) -> str:
         + (f"  (tokenized: {summary['tokenizer_path']})" if "tokenizer_path" in summary else ""),
     ]
     if "tokenizer_path" in summary:  # with --no-progress too: which path ran and why
+        slow = summary.get("documents_on_hf_path")
+        note = summary.get("tokenizer_note")
         lines.append(f"tokenizer path: {_PATH_NAMES[summary['tokenizer_path']]} "
-                     f"({summary['tokenizer_path_reason']})")
+                     f"({summary['tokenizer_path_reason']}"
+                     + (f"; {note})" if note else ")")
+                     + ("" if slow is None else f"; {slow:,} of {summary['documents_read']:,} "
+                        "documents held a byte the vocabulary lacks and took the HF "
+                        "tokenizers path"))
     for reason, n in summary["documents_skipped"].items():
         lines.append(f"  skipped ({reason}): {n:,}")
     lines += [

@@ -106,6 +106,11 @@ class EarlyEncoding:
             self._cond.notify_all()
             return item
 
+    @property
+    def encoder(self) -> FastEncoder | TiktokenEncoder:
+        """The encoder this thread runs (its counters are the adopted run's)."""
+        return self._encoder
+
     def cancel(self) -> None:
         """Stop the thread and drop what it encoded (it exits at its next document)."""
         with self._cond:

@@ -11,9 +11,13 @@ accepted (everything else is refused with its reason, and the HF path runs):
   ``Sequence[Split(Regex, behavior=isolated, invert=False), ByteLevel(add_prefix_space=False,
   use_regex=False)]`` (Llama-3), decoder ``ByteLevel``;
 * model ``BPE`` without dropout, byte fallback, ``unk_token`` use, subword prefix/suffix, every
-  vocabulary string made of the GPT-2 byte alphabet, all 256 single bytes present, and merge
-  ``k`` producing a token whose id grows with ``k`` (tiktoken merges by id: merge order = id
-  order);
+  vocabulary string made of the GPT-2 byte alphabet, and merge ``k`` producing a token whose id
+  grows with ``k`` (tiktoken merges by id: merge order = id order);
+* single bytes the vocabulary lacks (a trained vocabulary routinely drops 0xC0, 0xC1,
+  0xF5-0xFF, never valid UTF-8, and control bytes its corpus never held) are listed in
+  :attr:`Conversion.missing_bytes`: HF drops such a byte silently while tiktoken cannot encode
+  it at all, so only a text free of them may go to tiktoken — the caller sends the others to
+  HF ``tokenizers`` (:func:`missing_byte_finder`);
 * added tokens without ``lstrip``/``rstrip``/``single_word``, not normalized through a
   normalizer, without whitespace, none a substring of another (HF matches them
   leftmost-longest, tiktoken by alternation) — these become tiktoken's special tokens, encoded
@@ -45,6 +49,8 @@ class Conversion:
     """A ``tiktoken.Encoding`` with the file's ranks, split pattern and added tokens."""
     reason: str
     """Why it was refused, or what was converted (for the one-line path report)."""
+    missing_bytes: tuple[int, ...] = ()
+    """Single bytes the vocabulary lacks: a text whose UTF-8 holds one must not go to tiktoken."""
 
 
 @lru_cache(maxsize=1)
@@ -211,6 +217,7 @@ def convert(tokenizer_json: str) -> Conversion:
     ranks, why = _ranks(model, {a["id"] for a in added})
     if ranks is None:
         return Conversion(encoding=None, reason=why)
+    missing = tuple(b for b in range(256) if bytes([b]) not in ranks)
     import tiktoken
 
     try:
@@ -218,7 +225,54 @@ def convert(tokenizer_json: str) -> Conversion:
                                 special_tokens={a["content"]: a["id"] for a in added})
     except Exception as exc:  # fancy-regex refuses the pattern, duplicate ranks ...
         return Conversion(encoding=None, reason=f"tiktoken refused it ({str(exc)[:120]})")
-    return Conversion(encoding=enc, reason=f"byte-level BPE, {note}")
+    reason = f"byte-level BPE, {note}"
+    if missing:
+        reason += (f"; the vocabulary lacks {len(missing)} of the 256 single bytes "
+                   f"({_byte_list(missing)}): documents holding one go to HF tokenizers")
+    return Conversion(encoding=enc, reason=reason, missing_bytes=missing)
+
+
+def _byte_list(values: tuple[int, ...]) -> str:
+    """``0x00-0x08, 0x0b, 0xc0`` (runs collapsed)."""
+    runs: list[list[int]] = []
+    for b in values:
+        if runs and b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    return ", ".join(f"0x{a:02x}" if a == b else f"0x{a:02x}-0x{b:02x}" for a, b in runs)
+
+
+def missing_byte_finder(missing: tuple[int, ...]):
+    """A predicate ``text -> bool``: does the UTF-8 of ``text`` hold one of ``missing``?
+
+    Checked on the ``str`` (no encoding) for ASCII bytes and lead bytes, each the first byte of
+    a known range of code points; 0xC0, 0xC1 and 0xF5-0xFF never occur in UTF-8; only a
+    missing continuation byte (0x80-0xBF) needs the encoded bytes, of non-ASCII texts only.
+    """
+    ranges = []
+    for b in missing:
+        if b < 0x80:
+            ranges.append((b, b))
+        elif 0xC2 <= b <= 0xDF:
+            ranges.append(((b & 0x1F) << 6, ((b & 0x1F) << 6) + 0x3F))
+        elif 0xE0 <= b <= 0xEF:
+            ranges.append(((b & 0x0F) << 12, ((b & 0x0F) << 12) + 0xFFF))
+        elif 0xF0 <= b <= 0xF4:
+            ranges.append(((b & 0x07) << 18, min(((b & 0x07) << 18) + 0x3FFFF, 0x10FFFF)))
+    chars = re.compile("[" + "".join(f"\\U{a:08x}-\\U{z:08x}" for a, z in ranges) + "]") \
+        if ranges else None
+    cont = bytes(b for b in missing if 0x80 <= b <= 0xBF)
+    cont_re = re.compile(b"[" + b"".join(re.escape(bytes([c])) for c in cont) + b"]") \
+        if cont else None
+
+    def holds(text: str) -> bool:
+        if chars is not None and chars.search(text):
+            return True
+        return cont_re is not None and not text.isascii() and \
+            cont_re.search(text.encode("utf-8", "surrogatepass")) is not None
+
+    return holds
 
 
 def _ranks(model: dict, added_ids: set[int]) -> tuple[dict[bytes, int] | None, str]:
@@ -233,8 +287,6 @@ def _ranks(model: dict, added_ids: set[int]) -> tuple[dict[bytes, int] | None, s
             return None, f"vocabulary entry {token!r} is not in the byte-level alphabet"
     if len(set(ranks.values())) != len(ranks):
         return None, "two vocabulary entries share an id"
-    if any(bytes([b]) not in ranks for b in range(256)):
-        return None, "the vocabulary lacks some of the 256 single bytes"
     last = -1
     for merge in model.get("merges", []):
         a, b = merge.split(" ", 1) if isinstance(merge, str) else merge

@@ -10,6 +10,11 @@ failure falls back to the HF path with one line saying why. When a cached verdic
 tokenizer, "Megatron's" ids here are those of its ``tokenizers`` stand-in
 (:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`), and the line says so.
 
+A vocabulary that lacks some single bytes still converts: each document whose UTF-8 holds one
+(:func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.missing_byte_finder`) is encoded by the HF
+fast path instead (HF drops the byte, tiktoken cannot encode it); :attr:`TiktokenEncoder.slow_docs`
+counts them for the summary.
+
 Same guarantees as the HF fast path (:class:`~megatron_endprompt.data.tokenize.encode.FastEncoder`):
 ``--workers`` threads (tiktoken releases the GIL), documents longer than ``_CHUNK_CHARS``
 encoded chunk by chunk at :func:`~megatron_endprompt.data.tokenize.encode.chunk_cuts` (bounded
@@ -26,7 +31,7 @@ import numpy as np
 
 from megatron_endprompt.data.tokenize import encode
 from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
-from megatron_endprompt.data.tokenize.tiktoken_bpe import convert
+from megatron_endprompt.data.tokenize.tiktoken_bpe import convert, missing_byte_finder
 
 #: Texts on which tiktoken and the HF engine are most likely to differ.
 STRESS_TEXTS: tuple[str, ...] = (
@@ -44,6 +49,7 @@ STRESS_TEXTS: tuple[str, ...] = (
     "mixed123abc ABC123 a1b2c3 __init__ snake_case camelCase http://x.org/a?b=1&c=2",
     "\u00a0non-breaking\u2003em-space\u3000ideographic\u200bzero-width",
     "x" * 300 + " " + "9" * 50,
+    "control \x00\x01\x07 esc \x1b[0m del \x7f nel \x85 bom \ufeff rare \U0010fffd \u07ff",
 )
 
 
@@ -52,14 +58,21 @@ class TiktokenEncoder:
 
     ``backend``: the ``tokenizers.Tokenizer`` it was converted from (kept for the early-encode
     identity check); ``prefix``/``suffix``: the post-processor's ids around one text;
-    ``eod``: appended to each document (``None``: nothing); ``workers``: threads.
+    ``eod``: appended to each document (``None``: nothing); ``workers``: threads;
+    ``missing_bytes``: single bytes the vocabulary lacks (documents holding one are encoded by
+    HF ``tokenizers``).
     """
 
     def __init__(self, backend, encoding, *, prefix: list[int], suffix: list[int],
-                 eod: int | None, workers: int) -> None:
+                 eod: int | None, workers: int, missing_bytes: tuple[int, ...] = ()) -> None:
         self.backend, self.encoding = backend, encoding
         self.prefix, self.suffix = prefix, suffix
         self.eod, self.workers = eod, workers
+        self.missing_bytes = missing_bytes
+        self._holds_missing = missing_byte_finder(missing_bytes) if missing_bytes else None
+        self._hf = encode.FastEncoder(backend, eod=eod) if missing_bytes else None
+        self.slow_docs = 0
+        """Documents encoded by HF ``tokenizers`` (they hold a byte the vocabulary lacks)."""
         self._pool = ThreadPoolExecutor(workers) if workers > 1 else None
 
     def _ids(self, text: str) -> np.ndarray:
@@ -73,6 +86,21 @@ class TiktokenEncoder:
         for text in texts:
             if encode._SURROGATE.search(text):
                 raise ValueError("lone surrogate")  # fast_encoded names the line
+        if self._holds_missing is None:
+            return self._encode(texts)
+        slow = [k for k, text in enumerate(texts) if self._holds_missing(text)]
+        if not slow:
+            return self._encode(texts)
+        self.slow_docs += len(slow)
+        out: list[np.ndarray | None] = [None] * len(texts)
+        for k, ids in zip(slow, self._hf.encode([texts[k] for k in slow])):
+            out[k] = ids
+        fast = [k for k in range(len(texts)) if out[k] is None]
+        for k, ids in zip(fast, self._encode([texts[k] for k in fast])):
+            out[k] = ids
+        return out
+
+    def _encode(self, texts: list[str]) -> list[np.ndarray]:
         pieces, owner = [], []
         for k, text in enumerate(texts):
             cuts = encode.chunk_cuts(text) if len(text) > encode._CHUNK_CHARS else [0, len(text)]
@@ -121,7 +149,8 @@ def tiktoken_encoder(backend, *, eod: int | None, workers: int) -> tuple[Tiktoke
     if k is None:
         return None, "the post-processor does not put ids around the text"
     return TiktokenEncoder(backend, conv.encoding, prefix=with_sp[:k],
-                           suffix=with_sp[k + len(plain):], eod=eod, workers=workers), conv.reason
+                           suffix=with_sp[k + len(plain):], eod=eod, workers=workers,
+                           missing_bytes=conv.missing_bytes), conv.reason
 
 
 def probe_tiktoken(encoder: TiktokenEncoder, tokenizer, texts: list[str], *,
@@ -149,17 +178,26 @@ def choose_encoder(tokenizer, texts: list[str], *, append_eod: bool, workers: in
                    backend: str = "auto"):
     """``(encoder or None, path, why)``: the encoder preprocessing uses for Megatron's
     ``tokenizer``, checked on ``texts`` (the first documents). ``path`` is ``tiktoken``,
-    ``rust-batch`` (HF ``tokenizers``) or ``per-document`` (Megatron's tokenizer in a pool)."""
+    ``rust-batch`` (HF ``tokenizers``), ``spm-batch`` (SentencePiece batches,
+    :mod:`.spm_encoder`) or ``per-document`` (Megatron's tokenizer in a pool)."""
+    if encode.fast_backend(tokenizer) is None:
+        from megatron_endprompt.data.tokenize.spm_encoder import choose_spm_encoder
+
+        spm, why = choose_spm_encoder(tokenizer, texts, append_eod=append_eod, workers=workers)
+        if spm is not None:
+            return spm, "spm-batch", why
+        return None, "per-document", ("not a Hugging Face fast tokenizer" if why ==
+                                      "not a SentencePiece tokenizer" else
+                                      f"SentencePiece batches not used: {why}")
     hf = encode.probe_fast_encoder(tokenizer, texts, append_eod=append_eod)
     if hf is None:
-        why = ("not a Hugging Face fast tokenizer" if encode.fast_backend(tokenizer) is None
-               else "the HF fast path disagreed with Megatron's ids")
-        return None, "per-document", why
+        return None, "per-document", "the HF fast path disagreed with Megatron's ids"
     if backend == "hf":
         return hf, "rust-batch", "--tokenizer-backend hf"
     fast, what = tiktoken_encoder(hf.backend, eod=hf.eod, workers=workers)
     if fast is not None:
         diff = probe_tiktoken(fast, tokenizer, texts, append_eod=append_eod)
+        fast.slow_docs = 0  # the summary counts the corpus' documents, not the probe's
         if diff is None:
             whose = ("tokenizers'" if isinstance(tokenizer, JsonTokenizer) else "Megatron's")
             return fast, "tiktoken", (f"{what}; ids equal {whose} on {len(texts)} documents "

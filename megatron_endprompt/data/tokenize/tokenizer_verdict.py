@@ -25,6 +25,12 @@ of torch, Megatron-Core or transformers; the per-corpus probes then compare tikt
 ``$XDG_CACHE_HOME/megatron-endprompt``, else ``~/.cache/megatron-endprompt``;
 ``MEGATRON_ENDPROMPT_CACHE=off`` turns the cache off. Which tokenizer was used, and why, is
 said in the preprocessing's tokenizer-path line.
+
+The same holds for ``SentencePieceTokenizer``, ``GPTSentencePieceTokenizer`` and
+``Llama2Tokenizer``: :class:`~megatron_endprompt.data.tokenize.spm_encoder.SpmTokenizer` (the model
+file read by ``sentencepiece`` alone) stands for Megatron's once a cold run found the wrapper
+plain (``spm_processor``), the identity equal and the ids equal on the stress texts; the key
+is the SHA-256 of the model file, the type and the megatron-core and sentencepiece versions.
 """
 
 from __future__ import annotations
@@ -129,6 +135,77 @@ def _read(path: str) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("equal") is True else None
 
 
+SPM_TYPES = ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
+
+
+def _spm_key(spec: TokenizerSpec) -> tuple[str, dict]:
+    versions = {name: library_versions().get(name) for name in ("megatron-core",)}
+    try:
+        versions["sentencepiece"] = metadata.version("sentencepiece")
+    except metadata.PackageNotFoundError:
+        versions["sentencepiece"] = None
+    with open(spec.tokenizer_model, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    blob = json.dumps({"verdict_version": VERDICT_VERSION, "versions": versions,
+                       "type": spec.tokenizer_type, "model_sha256": digest}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest(), versions
+
+
+def compare_spm(light: Any, tokenizer: Any) -> str | None:
+    """``None`` when the ``sentencepiece``-only ``light`` is Megatron's SentencePiece
+    ``tokenizer``, else the first difference."""
+    from megatron_endprompt.data.tokenize.spm_encoder import SPM_STRESS_TEXTS, spm_processor
+
+    proc, why = spm_processor(tokenizer)
+    if proc is None:
+        return f"Megatron's wrapper is not a plain encode ({why})"
+    diff = tokenizer_identity(light).difference(tokenizer_identity(tokenizer))
+    if diff is not None:
+        return diff.replace(" differs from ", " differs from Megatron's ", 1)
+    for text in (*STRESS_TEXTS, *SPM_STRESS_TEXTS):
+        if light.tokenize(text) != list(tokenizer.tokenize(text)):
+            return f"ids differ from Megatron's on {text[:40]!r}"
+    return None
+
+
+def _spm_tokenizer(spec: TokenizerSpec, root: str | None) -> tuple[Any, str]:
+    from megatron_endprompt.data.tokenize.spm_encoder import SpmTokenizer
+
+    try:
+        light = SpmTokenizer(spec.tokenizer_model)
+        key, versions = _spm_key(spec)
+    except Exception:  # noqa: BLE001 - unreadable for sentencepiece: Megatron's error decides
+        return build_tokenizer(spec), ""
+    if root is None:
+        return build_tokenizer(spec), "no verdict cache (MEGATRON_ENDPROMPT_CACHE=off)"
+    if versions["megatron-core"] is None:
+        return build_tokenizer(spec), ""
+    path = os.path.join(root, key + ".json")
+    entry = _read(path)
+    if entry is not None:
+        cached = TokenizerIdentity.from_dict(entry["identity"])
+        if cached is not None and cached.matches(tokenizer_identity(light)):
+            return light, (f"model read by sentencepiece alone, no torch/Megatron import: "
+                           f"cached verdict {path} (equal to Megatron's {spec.tokenizer_type}, "
+                           f"checked {entry.get('checked_utc')})")
+    tokenizer = build_tokenizer(spec)
+    diff = compare_spm(light, tokenizer)
+    if diff is not None:
+        return tokenizer, f"Megatron's {spec.tokenizer_type} (sentencepiece alone differs: {diff})"
+    entry = {"equal": True, "verdict_version": VERDICT_VERSION, "versions": versions,
+             "model": os.path.abspath(spec.tokenizer_model), "type": spec.tokenizer_type,
+             "identity": tokenizer_identity(tokenizer).ids_part(),
+             "checked_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        _write(path, entry)
+    except OSError as exc:
+        return tokenizer, (f"Megatron's {spec.tokenizer_type} (no cached verdict; sentencepiece "
+                           f"alone matched it, but the verdict could not be cached: {exc})")
+    return tokenizer, (f"Megatron's {spec.tokenizer_type} (no cached verdict for this model and "
+                       f"these versions: cold run); sentencepiece alone matched it, verdict "
+                       f"cached in {path}")
+
+
 def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tuple[Any, str]:
     """``(tokenizer, note)``: a :class:`JsonTokenizer` when a cached verdict says it is
     Megatron's tokenizer for these files and versions, else Megatron's own tokenizer (whose
@@ -137,6 +214,8 @@ def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tupl
     (empty when no ``tokenizer.json`` is involved)."""
     directory = spec.tokenizer_model
     root = cache_dir()
+    if spec.tokenizer_type in SPM_TYPES and directory and os.path.isfile(directory):
+        return _spm_tokenizer(spec, root)
     if spec.tokenizer_type != "HuggingFaceTokenizer" or not directory or \
             not os.path.isfile(os.path.join(directory, "tokenizer.json")):
         return build_tokenizer(spec), ""
