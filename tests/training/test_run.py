@@ -67,7 +67,7 @@ def endprompt_flag_reads() -> list[str]:
 
 def test_only_the_run_builder_reads_endprompt_flags_from_megatron_args():
     """Before ``EndPromptRun`` the providers, the long-eval hook, the forward step, the start-up
-    checks and the window read them back (31 reads in 7 modules)."""
+    checks and the window read them back (31 reads in 6 modules)."""
     assert endprompt_flag_reads() == []
 
 
