@@ -3,7 +3,7 @@ validated here and nowhere else (the weights by :class:`~megatron_endprompt.loss
 
 Preprocessing (``layout.LayoutConfig``), the dataset, the training flags, the RoPE module and the
 HF export all build an :class:`EndPromptWindow` and trust it. It is the bottom of the package
-graph (imports nothing of the package but :mod:`.errors` and :mod:`.loss_weights`), so every
+graph (imports nothing of the package but :mod:`.loss_weights`), so every
 stage may use it.
 
 Defaults, as the official EndPrompt code: ``L0`` is the *model's* original window (its
@@ -21,11 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.loss_weights import LossWeights
 
 __all__ = ["EXPORT_FLAGS", "EndPromptWindow", "LAUNCH_FLAGS", "PREPROCESS_FLAGS",
-           "TRAINING_FLAGS", "resolve_pi_factor"]
+           "TRAINING_FLAGS", "explicit_pi_factor", "resolve_pi_factor"]
 
 #: The largest position (and so ``L``) a sidecar record holds: records are int32.
 MAX_POSITION = 2**31 - 1
@@ -63,8 +62,8 @@ EXPORT_FLAGS: Mapping[str, str] = MappingProxyType({
 })
 
 
-def _explicit_pi_factor(pi_factor: float | None, megatron_pi_factor: float | None,
-                        flags: Mapping[str, str]) -> float | None:
+def explicit_pi_factor(pi_factor: float | None, megatron_pi_factor: float | None,
+                       flags: Mapping[str, str]) -> float | None:
     """The ``s`` the user set through either flag (``None``: neither); ``ValueError`` when both
     are set and differ, or ``s < 1``."""
     if megatron_pi_factor in (None, 1.0):
@@ -86,14 +85,15 @@ def resolve_pi_factor(pi_factor: float | None, megatron_pi_factor: float | None,
     """``s`` from EndPrompt's PI factor and Megatron's ``seq_len_interpolation_factor`` (the same
     thing: divide positions by ``s``). Either may be given, both only when equal; neither -> 1.
     Raises ``ValueError`` naming the flags."""
-    s = _explicit_pi_factor(pi_factor, megatron_pi_factor, flags)
+    s = explicit_pi_factor(pi_factor, megatron_pi_factor, flags)
     return 1.0 if s is None else s
 
 
 @dataclass(frozen=True, kw_only=True)
 class EndPromptWindow:
     """The trained-for window of one run; validated on construction (``ValueError`` naming the
-    flag; :meth:`from_megatron_args` turns it into :class:`UserError`)."""
+    flag; the training start-up, :mod:`megatron_endprompt.training.run`, turns it into
+    :class:`UserError`)."""
 
     target_length: int
     """``L``: the context window being trained for; every position id is ``< L``; ``>= L0``."""
@@ -147,44 +147,6 @@ class EndPromptWindow:
         elif self.pi_factor is not None:
             object.__setattr__(self, "pi_factor", resolve_pi_factor(self.pi_factor, None,
                                                                     flags=f))
-
-    @classmethod
-    def from_megatron_args(cls, args, *, checkpoint_args=None) -> EndPromptWindow:
-        """The training window from Megatron's parsed flags plus ours.
-
-        ``L0``: ``--endprompt-original-length``; else the L0 the loaded checkpoint's run recorded
-        (a resumed EndPrompt run); else the checkpoint's ``max_position_embeddings``; else
-        ``--max-position-embeddings``. ``s``: ``--endprompt-pi-factor`` or Megatron's
-        ``--rotary-seq-len-interpolation-factor`` (equal if both), else ``ceil(L / L0)``.
-        Raises :class:`UserError` naming the flag.
-        """
-        f = TRAINING_FLAGS
-        L = getattr(args, "endprompt_target_length", None)
-        if L is None:
-            raise UserError(f"{f['target_length']} L is required (the window to train for)")
-        if getattr(args, "position_embedding_type", "rope") != "rope":
-            raise UserError("EndPrompt needs --position-embedding-type rope")
-        L0, source = getattr(args, "endprompt_original_length", None), f["original_length"]
-        if L0 is None and checkpoint_args is not None:
-            if getattr(checkpoint_args, "endprompt_original_length", None):
-                L0 = checkpoint_args.endprompt_original_length
-                source = "the loaded checkpoint's recorded L0"
-            elif getattr(checkpoint_args, "max_position_embeddings", None):
-                L0 = checkpoint_args.max_position_embeddings
-                source = "the loaded checkpoint's max_position_embeddings"
-        if L0 is None:
-            L0, source = getattr(args, "max_position_embeddings", None), "--max-position-embeddings"
-        if L0 is None:
-            raise UserError(f"the model's original window is unknown: pass "
-                            f"{f['original_length']} L0 or --max-position-embeddings")
-        with user_errors():
-            s = _explicit_pi_factor(getattr(args, "endprompt_pi_factor", None),
-                                    getattr(args, "rotary_seq_len_interpolation_factor", None), f)
-            return cls(target_length=int(L), seq_length=args.seq_length,
-                       original_length=int(L0), original_length_from=source, pi_factor=s,
-                       loss_weights=LossWeights(
-                           terminal=getattr(args, "endprompt_terminal_loss_weight", None),
-                           context=getattr(args, "endprompt_context_loss_weight", None)))
 
     def banner(self) -> str:
         """One start-up line: ``L``, ``L0`` (and where it came from), ``s``."""

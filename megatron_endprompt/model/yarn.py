@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["ROPE_SCALINGS", "YarnScaling", "yarn_from_megatron_args"]
+__all__ = ["ROPE_SCALINGS", "YarnScaling", "yarn_from_megatron_args", "yarn_scaling"]
 
 #: ``--endprompt-rope-scaling`` choices: linear position interpolation by ``s`` (the default),
 #: YaRN, NTK-by-parts (YaRN's frequencies without its attention factor).
@@ -115,22 +115,34 @@ class YarnScaling:
                 "yarn_mscale_all_dim": same}
 
 
-def yarn_from_megatron_args(args: Any) -> YarnScaling | None:
-    """The run's YaRN scaling from Megatron args (``--endprompt-rope-scaling yarn|ntk-by-parts``,
-    factor ``args.endprompt_pi_factor``, ``L0 = args.endprompt_original_length``, Megatron's own
-    ``--yarn-beta-fast/--yarn-beta-slow/--[no-]yarn-correction-range-round-to-int``), or ``None``
-    for linear PI (also for checkpoints saved before the flag existed)."""
-    kind = getattr(args, "endprompt_rope_scaling", None) or "linear"
+def yarn_scaling(kind: str, *, factor: float | None, original_length: int,
+                 megatron_args: Any) -> YarnScaling | None:
+    """YaRN scaling of ``kind`` (``linear`` -> ``None``) with ``factor`` ``s`` over ``L0`` =
+    ``original_length``, and the ramp from Megatron's own ``--yarn-beta-fast/--yarn-beta-slow/
+    --[no-]yarn-correction-range-round-to-int`` in ``megatron_args``."""
     if kind == "linear":
         return None
     if kind not in ROPE_SCALINGS:
         raise ValueError(f"--endprompt-rope-scaling {kind!r}: choose one of "
                          f"{', '.join(ROPE_SCALINGS)}")
-    truncate = getattr(args, "yarn_correction_range_round_to_int", None)
+    truncate = getattr(megatron_args, "yarn_correction_range_round_to_int", None)
     return YarnScaling(
-        factor=float(getattr(args, "endprompt_pi_factor", None) or 1.0),
-        original_max_position_embeddings=int(args.endprompt_original_length),
-        beta_fast=float(getattr(args, "yarn_beta_fast", None) or 32.0),
-        beta_slow=float(getattr(args, "yarn_beta_slow", None) or 1.0),
+        factor=float(factor or 1.0),
+        original_max_position_embeddings=int(original_length),
+        beta_fast=float(getattr(megatron_args, "yarn_beta_fast", None) or 32.0),
+        beta_slow=float(getattr(megatron_args, "yarn_beta_slow", None) or 1.0),
         truncate=True if truncate is None else bool(truncate),
         attention_scaling=kind == "yarn")
+
+
+def yarn_from_megatron_args(args: Any) -> YarnScaling | None:
+    """The YaRN scaling a checkpoint's saved Megatron ``args`` record
+    (``--endprompt-rope-scaling yarn|ntk-by-parts``, factor ``args.endprompt_pi_factor``,
+    ``L0 = args.endprompt_original_length``), or ``None`` for linear PI (also for checkpoints
+    saved before the flag existed). The export reads it; training takes its scaling from the
+    run (:class:`~megatron_endprompt.training.run.EndPromptRun`)."""
+    kind = getattr(args, "endprompt_rope_scaling", None) or "linear"
+    if kind == "linear":
+        return None
+    return yarn_scaling(kind, factor=getattr(args, "endprompt_pi_factor", None),
+                        original_length=args.endprompt_original_length, megatron_args=args)

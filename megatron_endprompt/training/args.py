@@ -1,7 +1,7 @@
 """``--endprompt-*`` flags (Megatron ``extra_args_provider``) and their start-up checks.
 
-The window (``L``, ``L0``, ``s``, weight overrides) is resolved by
-:class:`~megatron_endprompt.window.EndPromptWindow`: ``L0`` defaults to the model's original window
+The window (``L``, ``L0``, ``s``, weight overrides) is resolved once, with the rest of the
+run's settings, by :mod:`megatron_endprompt.training.run`: ``L0`` defaults to the model's original window
 — the loaded checkpoint's ``max_position_embeddings`` when there is a checkpoint, else
 ``--max-position-embeddings`` — and ``s`` to ``ceil(L / L0)``. At start-up every ``--data-path`` / ``--{train,valid,test}-data-path`` prefix with a sidecar is
 checked against these flags, so a run never silently trains on a layout built for another
@@ -13,14 +13,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.model.yarn import ROPE_SCALINGS, YarnScaling, yarn_from_megatron_args
+from megatron_endprompt.model.yarn import ROPE_SCALINGS
 from megatron_endprompt.training.long_eval import add_long_eval_args
-from megatron_endprompt.window import EndPromptWindow
+
+if TYPE_CHECKING:
+    from megatron_endprompt.training.run import EndPromptRun
 
 
 def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -54,45 +56,6 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                    help="write exact per-micro-batch loss terms to DIR/rank*.jsonl (debugging)")
     add_long_eval_args(parser)
     return parser
-
-
-def resolve_endprompt_args(args: argparse.Namespace,
-                           checkpoint_args: Any = None) -> EndPromptWindow:
-    """Resolve the window (:meth:`EndPromptWindow.from_megatron_args`; raises
-    :class:`~megatron_endprompt.errors.UserError` naming the flag) and write the resolved ``L0``
-    and ``s`` back into ``args`` (Megatron saves them with every checkpoint)."""
-    window = EndPromptWindow.from_megatron_args(args, checkpoint_args=checkpoint_args)
-    args.endprompt_original_length = window.original_length
-    args.endprompt_pi_factor = window.pi_factor
-    rope_scaling_from_args(args)  # YaRN's own checks, at start-up
-    return window
-
-
-def rope_scaling_from_args(args: argparse.Namespace) -> YarnScaling | None:
-    """The run's YaRN / NTK-by-parts scaling (``None`` for linear PI), from the resolved window
-    (factor ``s``, ``L0``). Raises :class:`UserError` naming the flag that conflicts."""
-    kind = getattr(args, "endprompt_rope_scaling", None) or "linear"
-    if kind == "linear":
-        return None
-    if getattr(args, "use_rope_scaling", False):
-        raise UserError(f"--endprompt-rope-scaling {kind} replaces Llama-3.1 frequency scaling: "
-                        "drop --use-rope-scaling")
-    if getattr(args, "rotary_interleaved", False):
-        raise UserError(f"--endprompt-rope-scaling {kind} needs rotate-half RoPE: drop "
-                        "--rotary-interleaved")
-    try:
-        return yarn_from_megatron_args(args)
-    except ValueError as exc:
-        raise UserError(f"--endprompt-rope-scaling {kind}: {exc}") from None
-
-
-def model_rope_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``EndPromptGPTModel``'s RoPE keywords: ``pi_factor = s`` for linear PI; for YaRN
-    ``pi_factor = 1`` and ``yarn`` (whose factor is ``s``: positions are not divided)."""
-    yarn = rope_scaling_from_args(args)
-    if yarn is None:
-        return {"pi_factor": args.endprompt_pi_factor}
-    return {"pi_factor": 1.0, "yarn": yarn}
 
 
 def loaded_checkpoint_args(args: argparse.Namespace) -> Any:
@@ -147,52 +110,35 @@ def data_prefixes(args: argparse.Namespace) -> list[str]:
     return blend_prefixes(args)
 
 
-def check_sidecars(args: argparse.Namespace,
-                   identity: TokenizerIdentity | None = None) -> dict[str, dict]:
-    """Check every prefix's sidecar against the flags and the training tokenizer before
+def check_sidecars(args: argparse.Namespace, run: EndPromptRun) -> dict[str, dict]:
+    """Check every prefix's sidecar against the run and the training tokenizer before
     training starts (the same check the dataset makes,
     :func:`~megatron_endprompt.data.dataset.find_sidecar`); returns ``{prefix: layout}`` for
-    the EndPrompt prefixes (prefixes in ``--endprompt-replay-prefixes`` are replay data).
+    the EndPrompt prefixes (the run's replay prefixes are replay data).
 
     Cheap on every rank (header checksum, sizes); global rank 0 also builds the training
     tokenizer to compare its identity, and runs the full verification once per file identity
     (:mod:`megatron_endprompt.data.sidecar.trust`), so a wrong tokenizer or a corrupt ``.idx`` is
-    refused before Megatron starts and the other ranks find the verdict cached. ``identity``:
-    the start-up :class:`TokenizerIdentity` (:func:`startup_tokenizer_identity`); without it,
-    rank 0 computes it here."""
-    import os
-
+    refused before Megatron starts and the other ranks find the verdict cached. The identity is
+    the run's (:func:`startup_tokenizer_identity`); without one, rank 0 computes it here."""
     from megatron_endprompt.data.dataset import find_sidecar
-    from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name
     from megatron_endprompt.data.split_counts import check_splits_nonempty
     from megatron_endprompt.data.sidecar.trust import cache_dir, ensure_verified
     from megatron_endprompt.training.checks import split_prefixes
 
-    name = getattr(args, "endprompt_sidecar_name", None)
-    check_sidecar_name(name)
-    replay = getattr(args, "endprompt_replay_prefixes", None) or []
     prefixes = data_prefixes(args)
     split_by_flag = set(split_prefixes(args)) if isinstance(getattr(args, "split", None), str) \
         else set()
-    matched = []
-    for r in replay:  # as files: ``mg/small/`` or ``./mg/small`` name the prefix ``mg/small``
-        same = [p for p in prefixes if os.path.abspath(r) == os.path.abspath(p)
-                and not r.endswith(("/", ".bin", ".idx"))]
-        if not same:
-            hint = " (drop the trailing '/' or suffix)" if r.endswith(("/", ".bin", ".idx")) else ""
-            raise UserError(f"--endprompt-replay-prefixes {r}: not one of the data prefixes "
-                            f"(--data-path / --*-data-path){hint}; fix the path")
-        matched.append(same[0])
-    replay = args.endprompt_replay_prefixes = matched or replay
-    # ``identity``: pretrain computes it once (startup_tokenizer_identity); else built here
+    identity = run.tokenizer_identity
     found = {}
     rank0 = _rank0()
     for prefix in prefixes:
         if identity is None and rank0 and getattr(args, "tokenizer_type", None):
             identity = training_tokenizer_identity(args)  # the datasets check it on every rank
         sidecar = find_sidecar(
-            prefix, seq_length=args.seq_length, target_length=args.endprompt_target_length,
-            name=name, replay_prefixes=replay, tokenizer_identity=identity,
+            prefix, seq_length=args.seq_length, target_length=run.window.target_length,
+            name=run.sidecar_name, replay_prefixes=list(run.replay_prefixes),
+            tokenizer_identity=identity,
             reset_positions=bool(args.reset_position_ids or args.reset_attention_mask))
         if prefix in split_by_flag:  # before anything is cached for the run
             check_splits_nonempty(prefix, sidecar, args.split)

@@ -200,10 +200,9 @@ def check_startup(args: argparse.Namespace) -> list[str]:
     if divisor is not None and divisor < 1:
         raise UserError(f"--make-vocab-size-divisible-by {divisor} must be >= 1 (128 is "
                         "Megatron's default)")
-    L = getattr(args, "endprompt_target_length", None)
-    if L is not None and not 0 < L <= 2**31 - 1:
-        raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
-                        "positions)")
+    from megatron_endprompt.training.run import check_target_length
+
+    check_target_length(args)
     notes = _resolve_names(args)
     check_transformer_impl(getattr(args, "transformer_impl", None))
     _check_features(args)

@@ -34,12 +34,15 @@ import os
 import random
 import sys
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from megatron_endprompt.errors import UserError
+
+if TYPE_CHECKING:
+    from megatron_endprompt.training.run import LongEvalSettings
 
 __all__ = ["add_long_eval_args", "long_eval_hook", "LongEvaluator", "mask_padding",
            "pick_global_argmax"]
@@ -64,13 +67,14 @@ def add_long_eval_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return parser
 
 
-def long_eval_hook(args: argparse.Namespace) -> Any:
-    """The ``non_loss_data_func`` for ``pretrain`` (``None`` when long-eval is off). Bad flags
-    end the run with one ``error:`` line."""
-    if not getattr(args, "endprompt_long_eval_interval", 0):
+def long_eval_hook(settings: LongEvalSettings | None, args: argparse.Namespace) -> Any:
+    """The ``non_loss_data_func`` for ``pretrain`` (``None`` when long-eval is off); ``args``:
+    Megatron's flags (``--eval-interval``, ``--eval-iters``, ``--seed``). Bad flags end the run
+    with one ``error:`` line."""
+    if settings is None or not settings.interval:
         return None
     try:
-        return LongEvaluator(args)
+        return LongEvaluator(settings, args)
     except ValueError as exc:
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -80,8 +84,8 @@ def long_eval_hook(args: argparse.Namespace) -> Any:
 class LongEvaluator:
     """``non_loss_data_func``: see the module docstring."""
 
-    def __init__(self, args: argparse.Namespace):
-        self.interval = int(args.endprompt_long_eval_interval)
+    def __init__(self, settings: LongEvalSettings, args: argparse.Namespace):
+        self.interval = int(settings.interval)
         if self.interval < 0:
             raise ValueError("--endprompt-long-eval-interval must be >= 0")
         if not args.eval_interval or self.interval % args.eval_interval:
@@ -91,24 +95,25 @@ class LongEvaluator:
         if not args.eval_iters:
             raise ValueError("--endprompt-long-eval-interval needs validation: set "
                              "--eval-iters > 0 (and validation data)")
-        text = args.endprompt_long_eval_lengths or str(args.endprompt_target_length)
+        L = settings.target_length
+        text = settings.lengths or str(L)
         try:
             self.lengths = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
             raise ValueError(f"--endprompt-long-eval-lengths {text}: give integers, e.g. "
                              "16384,32768") from None
-        too_long = [n for n in self.lengths if n > args.endprompt_target_length or n < 16]
+        too_long = [n for n in self.lengths if n > L or n < 16]
         if not self.lengths or too_long:
             raise ValueError(f"--endprompt-long-eval-lengths {text}: each length must be in "
-                             f"[16, --endprompt-target-length {args.endprompt_target_length}]")
-        self.tasks = [t.strip() for t in args.endprompt_long_eval_tasks.split(",") if t.strip()]
+                             f"[16, --endprompt-target-length {L}]")
+        self.tasks = [t.strip() for t in settings.tasks.split(",") if t.strip()]
         unknown = [t for t in self.tasks if t not in ("ppl", "passkey")]
         if unknown or not self.tasks:
             raise ValueError(f"--endprompt-long-eval-tasks: unknown {unknown}; use ppl, passkey")
-        self.samples = int(args.endprompt_long_eval_samples)
+        self.samples = int(settings.samples)
         if self.samples < 1:
             raise ValueError("--endprompt-long-eval-samples must be >= 1")
-        self.data = args.endprompt_long_eval_data
+        self.data = settings.data
         if "ppl" in self.tasks and not self.data:
             raise ValueError("--endprompt-long-eval-tasks ppl needs --endprompt-long-eval-data "
                              "(held-out long documents: .jsonl, .txt or a .bin/.idx prefix)")

@@ -5,8 +5,9 @@
 Flow: ``runtime.install(trainer=True)`` (wheel fixes always, the CPU layer without a GPU, the
 child reaper) ->
 ``parse_and_validate_args`` with our
-``--endprompt-*`` flags -> check every data prefix's sidecar against them -> config container
--> ``megatron.training.pretrain`` with our dataset provider, model provider and forward step.
+``--endprompt-*`` flags -> one :class:`~megatron_endprompt.training.run.EndPromptRun` -> check
+every data prefix's sidecar against it -> config container -> ``megatron.training.pretrain``
+with our dataset provider, model provider and forward step, each made from the run.
 """
 
 from __future__ import annotations
@@ -49,16 +50,20 @@ def main(argv: list[str] | None = None) -> None:
         add_endprompt_args,
         check_sidecars,
         loaded_checkpoint_args,
-        resolve_endprompt_args,
         startup_tokenizer_identity,
     )
     from megatron_endprompt.runtime.versions import call_pretrain
     from megatron_endprompt.training.long_eval import long_eval_hook
     from megatron_endprompt.training.schedule_check import check_schedule_continues
     from megatron_endprompt.training.providers import (
-        forward_step,
         make_datasets_provider,
-        model_provider,
+        make_forward_step,
+        make_model_provider,
+    )
+    from megatron_endprompt.training.run import (
+        build_run,
+        long_eval_settings,
+        resolve_endprompt_args,
     )
 
     sys.argv = [sys.argv[0], *argv]
@@ -68,12 +73,15 @@ def main(argv: list[str] | None = None) -> None:
         # blends, prefixes (Megatron's PREFIX_text_document spelling resolved), --load, vocab
         # divisor: before Megatron starts
         notes = check_startup(args)
-        long_eval = long_eval_hook(args)  # its data read and checked now, not mid-training
+        long_eval_flags = long_eval_settings(args)
+        long_eval = long_eval_hook(long_eval_flags, args)  # data read and checked now
         saved = loaded_checkpoint_args(args)
         window = resolve_endprompt_args(args, saved)
         check_schedule_continues(args, saved)  # before Megatron's assertion after loading
-        identity = startup_tokenizer_identity(args)  # once: the datasets reuse it
-        layouts = check_sidecars(args, identity)
+        # the EndPrompt settings, read once: the providers and hooks get them, not get_args()
+        run = build_run(args, window=window, long_eval=long_eval_flags,
+                        tokenizer_identity=startup_tokenizer_identity(args))  # once
+        layouts = check_sidecars(args, run)
     except UserError as exc:  # one line from rank 0 (torchrun's RANK before the group exists)
         rank = (torch.distributed.get_rank() if torch.distributed.is_initialized()
                 else int(os.environ.get("RANK", "0")))
@@ -83,13 +91,13 @@ def main(argv: list[str] | None = None) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         for note in notes:
             print(note, flush=True)
-        print(f"EndPrompt: {window.banner()} RoPE={args.endprompt_rope_scaling}; "
+        print(f"EndPrompt: {window.banner()} RoPE={run.rope_scaling}; "
               f"{len(layouts)} EndPrompt prefix(es)", flush=True)
         from megatron_endprompt.data.sidecar.sidecar import open_sidecar, sidecar_path
         from megatron_endprompt.data.coverage import coverage_line
 
         for prefix in layouts:
-            path = sidecar_path(prefix, getattr(args, "endprompt_sidecar_name", None))
+            path = sidecar_path(prefix, run.sidecar_name)
             line = coverage_line(prefix, open_sidecar(path).header.stats)
             if line:
                 print(f"EndPrompt layout coverage: {line}", flush=True)
@@ -97,9 +105,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: EndPrompt needs --calculate-per-token-loss (exact weighted "
                          "normaliser); add the flag")
     cfg = pretrain_cfg_container_from_args(args)
-    call_pretrain(pretrain, cfg, make_datasets_provider(identity), ModelType.encoder_or_decoder,
-                  forward_step,
-                  model_provider=model_provider, non_loss_data_func=long_eval)
+    call_pretrain(pretrain, cfg, make_datasets_provider(run), ModelType.encoder_or_decoder,
+                  make_forward_step(run), model_provider=make_model_provider(run),
+                  non_loss_data_func=long_eval)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
 """The three functions ``megatron.training.pretrain`` takes: model provider, datasets
-provider and forward step — Megatron's extension points, no fork of its trainer."""
+provider and forward step — Megatron's extension points, no fork of its trainer. Each is made
+from the run's :class:`~megatron_endprompt.training.run.EndPromptRun` (a closure), so none
+reads the EndPrompt flags back from Megatron's ``get_args()``."""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from megatron_endprompt.training.run import EndPromptRun
 
 
 def _require_rope_router(config: Any) -> None:
@@ -21,14 +26,27 @@ def _require_rope_router(config: Any) -> None:
             "(it routes per-row RoPE freqs around TE's fused kernel)")
 
 
-def model_provider(pre_process: bool = True, post_process: bool = True,
-                   vp_stage: int | None = None, config: Any = None, pg_collection: Any = None):
+def make_model_provider(run: EndPromptRun):
+    """Megatron's ``model_provider`` for ``run``: see :func:`_model`."""
+
+    def model_provider(pre_process: bool = True, post_process: bool = True,
+                       vp_stage: int | None = None, config: Any = None,
+                       pg_collection: Any = None):
+        """This (virtual) pipeline stage's model (see :func:`_model`)."""
+        return _model(run, pre_process=pre_process, post_process=post_process,
+                      vp_stage=vp_stage, config=config, pg_collection=pg_collection)
+
+    return model_provider
+
+
+def _model(run: EndPromptRun, *, pre_process: bool, post_process: bool, vp_stage: int | None,
+           config: Any, pg_collection: Any):
     """This (virtual) pipeline stage's :class:`EndPromptGPTModel` (TE or local layer spec), with
     Megatron's multi-token-prediction block under ``--mtp-num-layers`` (on the last stage); under
     ``--hybrid-layer-pattern`` an :class:`EndPromptHybridModel` over the same layer spec.
-    The PI factor is the resolved window's ``s`` (``args.endprompt_pi_factor``), passed once;
-    under ``--endprompt-rope-scaling yarn|ntk-by-parts`` ``s`` is YaRN's factor instead
-    (:func:`~megatron_endprompt.training.args.model_rope_kwargs`)."""
+    The PI factor is the resolved window's ``s``, passed once; under
+    ``--endprompt-rope-scaling yarn|ntk-by-parts`` ``s`` is YaRN's factor instead
+    (:meth:`~megatron_endprompt.training.run.EndPromptRun.model_rope_kwargs`)."""
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
@@ -51,7 +69,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
         spec = get_gpt_layer_local_spec(normalization=args.normalization,
                                         qk_layernorm=args.qk_layernorm)
     if getattr(args, "hybrid_layer_pattern", None):
-        return _hybrid_model(args, config, spec, pre_process=pre_process,
+        return _hybrid_model(args, run, config, spec, pre_process=pre_process,
                              post_process=post_process, vp_stage=vp_stage,
                              pg_collection=pg_collection)
     mtp_spec = None
@@ -66,18 +84,16 @@ def model_provider(pre_process: bool = True, post_process: bool = True,
         mtp_block_spec=mtp_spec,
         vp_stage=vp_stage,
         pg_collection=pg_collection,
-        **_shared_model_kwargs(args),
+        **_shared_model_kwargs(args, run),
     )
 
 
-def _shared_model_kwargs(args: Any) -> dict:
+def _shared_model_kwargs(args: Any, run: EndPromptRun) -> dict:
     """The constructor arguments ``EndPromptGPTModel`` and ``EndPromptHybridModel`` take alike
     from Megatron's flags (one place, so the two models cannot drift)."""
-    from megatron_endprompt.training.args import model_rope_kwargs
-
     return dict(
         vocab_size=args.padded_vocab_size,
-        max_sequence_length=max(args.max_position_embeddings, args.endprompt_target_length),
+        max_sequence_length=max(args.max_position_embeddings, run.window.target_length),
         fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
         parallel_output=True,
         share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
@@ -87,11 +103,11 @@ def _shared_model_kwargs(args: Any) -> dict:
         rope_scaling=args.use_rope_scaling,
         rope_scaling_factor=args.rope_scaling_factor,
         seq_len_interpolation_factor=None,  # folded into the window's s (see window.py)
-        **model_rope_kwargs(args),
+        **run.model_rope_kwargs(),
     )
 
 
-def _hybrid_model(args: Any, config: Any, layer_spec: Any, **stage: Any):
+def _hybrid_model(args: Any, run: EndPromptRun, config: Any, layer_spec: Any, **stage: Any):
     """``--hybrid-layer-pattern`` (e.g. ``"*-" * n``, Llama-style): Megatron-Core's
     ``HybridModel`` over the same layer spec's attention/MLP halves, EndPrompt RoPE per call.
     Multi-token prediction with a hybrid pattern is refused at start-up
@@ -103,18 +119,17 @@ def _hybrid_model(args: Any, config: Any, layer_spec: Any, **stage: Any):
         hybrid_stack_spec=layer_spec,
         hybrid_layer_pattern=args.hybrid_layer_pattern,
         **stage,
-        **_shared_model_kwargs(args),
+        **_shared_model_kwargs(args, run),
     )
 
 
-def dataset_config_from_args(args: Any, tokenizer_identity: Any = None):
-    """``EndPromptDatasetConfig`` from Megatron's flags plus ours; ``tokenizer_identity``: the
-    start-up one (:func:`~megatron_endprompt.training.args.startup_tokenizer_identity`)."""
+def dataset_config(args: Any, run: EndPromptRun):
+    """``EndPromptDatasetConfig`` from Megatron's flags plus the run's (window, sidecar name,
+    replay prefixes, the start-up tokenizer identity)."""
     from megatron.training import get_tokenizer
     from megatron.training.utils.common_utils import get_blend_and_blend_per_split
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig
-    from megatron_endprompt.loss_weights import LossWeights
 
     blend, blend_per_split = get_blend_and_blend_per_split(args)
     return EndPromptDatasetConfig(
@@ -130,18 +145,17 @@ def dataset_config_from_args(args: Any, tokenizer_identity: Any = None):
         reset_attention_mask=args.reset_attention_mask,
         eod_mask_loss=args.eod_mask_loss,
         create_attention_mask=args.create_attention_mask_in_dataloader,
-        endprompt_target_length=args.endprompt_target_length,
-        endprompt_loss_weights=LossWeights(terminal=args.endprompt_terminal_loss_weight,
-                                           context=args.endprompt_context_loss_weight),
-        endprompt_sidecar_name=args.endprompt_sidecar_name,
-        endprompt_replay_prefixes=args.endprompt_replay_prefixes,
-        endprompt_tokenizer_identity=tokenizer_identity,
+        endprompt_target_length=run.window.target_length,
+        endprompt_loss_weights=run.window.loss_weights,
+        endprompt_sidecar_name=run.sidecar_name,
+        endprompt_replay_prefixes=list(run.replay_prefixes),
+        endprompt_tokenizer_identity=run.tokenizer_identity,
     )
 
 
-def make_datasets_provider(tokenizer_identity: Any = None):
-    """Megatron's ``train_valid_test_datasets_provider``, the datasets checking the start-up
-    ``tokenizer_identity`` (``None``: each computes it from Megatron's tokenizer)."""
+def make_datasets_provider(run: EndPromptRun):
+    """Megatron's ``train_valid_test_datasets_provider`` for ``run``, the datasets checking its
+    start-up tokenizer identity (``None``: each computes it from Megatron's tokenizer)."""
 
     def datasets_provider(train_val_test_num_samples: list[int], vp_stage: int | None = None):
         """Train/valid/test datasets through ``BlendedMegatronDatasetBuilder``, built on TP
@@ -158,7 +172,7 @@ def make_datasets_provider(tokenizer_identity: Any = None):
         return BlendedMegatronDatasetBuilder(
             EndPromptGPTDataset, train_val_test_num_samples,
             lambda: mpu.get_tensor_model_parallel_rank() == 0,
-            dataset_config_from_args(args, tokenizer_identity),
+            dataset_config(args, run),
         ).build()
 
     # Every rank enters the builder (it synchronises with barriers); ``is_built_on_rank`` keeps
@@ -167,10 +181,13 @@ def make_datasets_provider(tokenizer_identity: Any = None):
     return datasets_provider
 
 
-datasets_provider = make_datasets_provider()
+def make_forward_step(run: EndPromptRun):
+    """Megatron's ``forward_step_func`` for ``run`` (its loss log): see :func:`_forward_step`."""
+    return partial(_forward_step, loss_log=run.loss_log)
 
 
-def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = False):
+def _forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = False, *,
+                  loss_log: str | None = None):
     """One micro-batch: positions reach every stage; the last stage returns token losses.
 
     ``loss_mask`` (the EndPrompt weights ``[B, S]``: terminal ``w``, 0 for padding and masked
@@ -185,11 +202,9 @@ def forward_step(data_iterator: Any, model: Any, return_schedule_plan: bool = Fa
 
     first = bool(get_attr_wrapped_model(model, "pre_process"))
     last = bool(get_attr_wrapped_model(model, "post_process"))
-    from megatron.training import get_args
-
     batch = get_batch(data_iterator, first_stage=first, last_stage=last)
     output = model(batch.get("tokens"), batch["position_ids"], batch.get("attention_mask"),
                    labels=batch.get("labels"), loss_mask=batch.get("loss_mask"))
     return output, partial(loss_func, batch.get("loss_mask"), batch.get("terminal_mask"),
-                           loss_log=get_args().endprompt_loss_log)
+                           loss_log=loss_log)
 

@@ -12,10 +12,17 @@ import re
 
 import pytest
 
-from megatron_endprompt.training.long_eval import LongEvaluator, add_long_eval_args
+from megatron_endprompt.training.long_eval import LongEvaluator as _LongEvaluator
+from megatron_endprompt.training.long_eval import add_long_eval_args
+from megatron_endprompt.training.run import long_eval_settings
 
 SEQ, TARGET, LENGTHS = 128, 512, (256, 512)
 _LINE = re.compile(r"long-eval at iteration (\d+) \| (.*)")
+
+
+def _evaluator(args):
+    """The evaluator as ``pretrain.main`` builds it: from the settings read once."""
+    return _LongEvaluator(long_eval_settings(args), args)
 
 
 def _args(**over):
@@ -42,9 +49,9 @@ def _args(**over):
 ])
 def test_flag_errors(over, needle):
     with pytest.raises(ValueError) as exc:
-        LongEvaluator(_args(**over))
+        _evaluator(_args(**over))
     assert needle in str(exc.value)
-    assert LongEvaluator(_args()).lengths == [1024]  # default: the target length
+    assert _evaluator(_args()).lengths == [1024]  # default: the target length
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +169,7 @@ def test_one_bos_whatever_the_tokenizer(tmp_path, monkeypatch, adds_bos):
     answer is the key."""
     held = tmp_path / "held.jsonl"
     held.write_text(json.dumps({"text": "word " * 300}) + "\n", encoding="utf-8")
-    ev = LongEvaluator(_args(endprompt_long_eval_tasks="ppl,passkey",
+    ev = _evaluator(_args(endprompt_long_eval_tasks="ppl,passkey",
                              endprompt_long_eval_data=str(held),
                              endprompt_long_eval_samples=3))
     tok = _Tok(adds_bos)

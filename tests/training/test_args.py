@@ -1,4 +1,4 @@
-"""Training flags -> the resolved window (``training/args.py`` over ``window.EndPromptWindow``)."""
+"""Training flags -> the resolved window (``training/run.py`` over ``window.EndPromptWindow``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import argparse
 import pytest
 
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.training.args import (
-    add_endprompt_args,
-    loaded_checkpoint_args,
-    resolve_endprompt_args,
-)
+from megatron_endprompt.training.args import add_endprompt_args, loaded_checkpoint_args
+from megatron_endprompt.training.run import resolve_endprompt_args
 
 
 def parse(*argv, seq_length=8192, max_position_embeddings=8192, interp=None):

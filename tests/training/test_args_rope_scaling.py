@@ -9,11 +9,8 @@ import pytest
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model import YarnScaling
-from megatron_endprompt.training.args import (
-    add_endprompt_args,
-    model_rope_kwargs,
-    resolve_endprompt_args,
-)
+from megatron_endprompt.training.args import add_endprompt_args
+from megatron_endprompt.training.run import build_run, resolve_endprompt_args
 
 
 def parse(*argv, **megatron):
@@ -32,9 +29,9 @@ def parse(*argv, **megatron):
 
 def test_linear_is_the_default():
     args = parse()
-    resolve_endprompt_args(args)
-    assert args.endprompt_rope_scaling == "linear"
-    assert model_rope_kwargs(args) == {"pi_factor": 8.0}
+    run = build_run(args, window=resolve_endprompt_args(args))
+    assert run.rope_scaling == "linear"
+    assert run.model_rope_kwargs() == {"pi_factor": 8.0}
 
 
 @pytest.mark.parametrize("kind, scaled", [("yarn", True), ("ntk-by-parts", False)])
@@ -42,7 +39,7 @@ def test_yarn_takes_s_as_its_factor(kind, scaled):
     args = parse("--endprompt-rope-scaling", kind, yarn_beta_fast=16.0)
     window = resolve_endprompt_args(args)
     assert window.pi_factor == 8.0
-    assert model_rope_kwargs(args) == {
+    assert build_run(args, window=window).model_rope_kwargs() == {
         "pi_factor": 1.0,
         "yarn": YarnScaling(factor=8.0, original_max_position_embeddings=8192, beta_fast=16.0,
                             attention_scaling=scaled)}

@@ -32,6 +32,17 @@ def _args(monkeypatch, *argv):
     return parse_args(add_endprompt_args)
 
 
+def check_sidecars(args):
+    """The start-up check as ``pretrain.main`` calls it: on the run built from ``args``."""
+    from megatron_endprompt.training.args import check_sidecars as check
+    from megatron_endprompt.training.run import build_run
+    from megatron_endprompt.window import EndPromptWindow
+
+    window = EndPromptWindow(target_length=args.endprompt_target_length,
+                             seq_length=args.seq_length, original_length=args.seq_length)
+    return check(args, build_run(args, window=window))
+
+
 def _base(prefix, cache, tok, *extra):
     return ["--seq-length", SPM_P, "--endprompt-target-length", SPM_L, "--data-path", prefix,
             "--data-cache-path", cache, *tok, *extra]
@@ -39,7 +50,6 @@ def _base(prefix, cache, tok, *extra):
 
 def test_matching_tokenizer_passes_and_verifies_once(prefix, spm_corpus, tmp_path, monkeypatch):
     from megatron_endprompt.data.sidecar import trust
-    from megatron_endprompt.training.args import check_sidecars
 
     tok = ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", spm_corpus.model]
     args = _args(monkeypatch, *_base(prefix, tmp_path / "c", tok))
@@ -60,7 +70,6 @@ def test_matching_tokenizer_passes_and_verifies_once(prefix, spm_corpus, tmp_pat
 
 @pytest.mark.parametrize("other", ["null", "other_spm"])
 def test_other_tokenizer_is_refused_naming_both(prefix, spm_corpus, tmp_path, monkeypatch, other):
-    from megatron_endprompt.training.args import check_sidecars
 
     if other == "null":
         tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", "400"]
@@ -79,7 +88,6 @@ def test_other_tokenizer_is_refused_naming_both(prefix, spm_corpus, tmp_path, mo
 
 
 def test_replay_and_sidecar_name_flags(prefix, spm_corpus, tmp_path, monkeypatch):
-    from megatron_endprompt.training.args import check_sidecars
 
     tok = ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", spm_corpus.model]
     plain = str(tmp_path / "plain")

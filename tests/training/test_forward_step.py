@@ -1,4 +1,4 @@
-"""``providers.forward_step`` in-process (gloo, world size 1): what reaches the model.
+"""``providers.make_forward_step`` in-process (gloo, world size 1): what reaches the model.
 
 Defect 5: under ``--mtp-num-layers`` Megatron's MTP loss is computed inside ``GPTModel.forward``
 from the ``loss_mask`` it is given (all ones when none is): the forward step must pass the
@@ -14,7 +14,9 @@ import torch
 from test_batch_ranks import make_batch
 
 from megatron_endprompt.training.batch import get_batch
-from megatron_endprompt.training.providers import forward_step
+from megatron_endprompt.training.providers import make_forward_step
+from megatron_endprompt.training.run import EndPromptRun
+from megatron_endprompt.window import EndPromptWindow
 
 
 class Recorder(torch.nn.Module):
@@ -34,7 +36,7 @@ def megatron_args():
     from megatron_endprompt.launch import single_process_group
 
     saved = global_vars._GLOBAL_ARGS
-    args = argparse.Namespace(micro_batch_size=2, seq_length=16, endprompt_loss_log=None,
+    args = argparse.Namespace(micro_batch_size=2, seq_length=16,
                               create_attention_mask_in_dataloader=False, mtp_num_layers=None,
                               curr_iteration=0)
     with single_process_group():
@@ -48,6 +50,8 @@ def megatron_args():
 def test_forward_step_passes_the_weights_to_the_model(megatron_args):
     batch = make_batch()
     model = Recorder()
+    forward_step = make_forward_step(EndPromptRun(window=EndPromptWindow(
+        target_length=32, seq_length=16, original_length=16)))
     output, loss_fn = forward_step(iter([batch]), model)
     assert torch.equal(model.call["labels"], batch["labels"])
     assert "loss_mask" in model.call, "MTP would weight every token 1"

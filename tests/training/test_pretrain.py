@@ -63,26 +63,51 @@ def pose_prefix(request, tmp_path_factory):
                               terminal_loss_weight=w)
 
 
-def test_parallel_layouts_agree_with_single_rank(prefix, tmp_path):
-    _pin_parallel_layouts(prefix, tmp_path)
+@pytest.fixture(scope="module")
+def base_checkpoint(prefix, tmp_path_factory) -> str:
+    """The checkpoint every parallel-layout pin starts from (1 iteration on ``prefix``, one
+    rank): a pin needs *a* trained checkpoint that all its layouts load, not one per data set."""
+    tmp = tmp_path_factory.mktemp("base")
+    base = str(tmp / "base")
+    _run(prefix, tmp, "base", "--train-iters", "1", "--save", base, "--save-interval", "1",
+         nproc=1)
+    return base
 
 
-def test_pose_layouts_agree_with_single_rank(pose_prefix, tmp_path):
-    """PoSE and ET(PoSE) samples (text skips, one sample per document) under every parallel
-    layout give the single-rank first loss."""
+@pytest.fixture(scope="module")
+def hybrid_run(prefix, tmp_path_factory) -> tuple[str, str]:
+    """``--hybrid-layer-pattern "*-*-"`` trained 4 iterations on one rank: ``(save dir, log)``.
+    One run serves the training test and, as the checkpoint to load, the PP pin."""
+    tmp = tmp_path_factory.mktemp("hybrid")
+    save = str(tmp / "hybrid_ckpt")
+    rc, log = run_pretrain(_args(prefix, tmp, "--train-iters", "4", "--save", save,
+                                 "--save-interval", "4", "--hybrid-layer-pattern", "*-*-",
+                                 "--lr", "3e-3"),
+                           log_path=str(tmp / "hybrid.log"), nproc=1)
+    assert rc == 0, log[-3000:]
+    return save, log
+
+
+def test_parallel_layouts_agree_with_single_rank(prefix, base_checkpoint, tmp_path):
+    _pin_parallel_layouts(prefix, base_checkpoint, tmp_path)
+
+
+def test_pose_layouts_agree_with_single_rank(pose_prefix, base_checkpoint, tmp_path):
+    """PoSE and ET(PoSE) samples (text skips, one sample per document) under the layouts that
+    move positions (TP=2: broadcast within the group; PP=2: handed to every stage) give the
+    single-rank first loss. Virtual stages and DP=2 with the distributed optimizer move them the
+    same way as PP=2 and DP=1; the random-placement pin above covers those layouts."""
     from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 
     sc = read_sidecar(sidecar_path(pose_prefix), prefix=pose_prefix)
     assert sc.layout.placement == "pose" and sc.header.stats["pose"]["text_skip_mean"] > 0
-    _pin_parallel_layouts(pose_prefix, tmp_path)
+    _pin_parallel_layouts(pose_prefix, base_checkpoint, tmp_path, only=("tp2", "pp2"))
 
 
-def _pin_parallel_layouts(prefix, tmp_path):
-    """TP=2, PP=2, PP=2 with virtual stages and DP=2 with the distributed optimizer give the
-    single-rank first loss from one checkpoint (1e-5 relative)."""
-    base = str(tmp_path / "base")
-    _run(prefix, tmp_path, "base", "--train-iters", "1", "--save", base, "--save-interval", "1",
-         nproc=1)
+def _pin_parallel_layouts(prefix, base, tmp_path, only=None):
+    """TP=2, PP=2, PP=2 with virtual stages and DP=2 with the distributed optimizer (``only``:
+    those named) give the single-rank first loss on ``prefix`` from one checkpoint, ``base``
+    (1e-5 relative)."""
     load = ["--load", base, "--finetune", "--train-iters", "1"]
 
     def first_loss(name, *flags, nproc=2):
@@ -99,6 +124,8 @@ def _pin_parallel_layouts(prefix, tmp_path):
         "dp2_distopt": ["--use-distributed-optimizer"],
     }
     for name, flags in layouts.items():
+        if only is not None and name not in only:
+            continue
         got = first_loss(name, *flags)
         assert abs(got - ref) <= 1e-5 * abs(ref), (name, got, ref)
 
@@ -154,18 +181,13 @@ def test_mtp_trains_on_endprompt_weights(prefix, tmp_path):
     assert sorted(read_loss_log(logdir)) == [1, 2]
 
 
-def test_hybrid_model_trains_with_endprompt_positions(prefix, tmp_path):
+def test_hybrid_model_trains_with_endprompt_positions(hybrid_run):
     """``--hybrid-layer-pattern "*-*-"``: the provider builds Megatron-Core's HybridModel
     (GPTModel's successor) with EndPrompt RoPE over the same local layer spec; the real trainer
     runs it with EndPrompt positions and weights, and the checkpoint is HybridModel's."""
     import glob
 
-    save = str(tmp_path / "hybrid_ckpt")
-    rc, log = run_pretrain(_args(prefix, tmp_path, "--train-iters", "4", "--save", save,
-                                 "--save-interval", "4", "--hybrid-layer-pattern", "*-*-",
-                                 "--lr", "3e-3"),
-                           log_path=str(tmp_path / "hybrid.log"), nproc=1)
-    assert rc == 0, log[-3000:]
+    save, log = hybrid_run
     assert "L=512 L0=64 (--max-position-embeddings) s=8" in log
     losses = parse_losses(log)
     assert sorted(losses) == [1, 2, 3, 4] and losses[4] < losses[1], losses
@@ -176,14 +198,11 @@ def test_hybrid_model_trains_with_endprompt_positions(prefix, tmp_path):
     assert b"decoder.final_norm.weight" in metadata and b"final_layernorm" not in metadata
 
 
-def test_hybrid_pipeline_parallel_agrees_with_single_rank(prefix, tmp_path):
+def test_hybrid_pipeline_parallel_agrees_with_single_rank(prefix, hybrid_run, tmp_path):
     """HybridModel under PP=2 (positions handed to RoPE on the stage without the embedding too)
-    gives the single-rank first loss from the same checkpoint."""
-    base = str(tmp_path / "hbase")
+    gives the single-rank first loss from the same checkpoint (the trained hybrid run's)."""
     hybrid = ["--hybrid-layer-pattern", "*-*-"]
-    _run(prefix, tmp_path, "hbase", *hybrid, "--train-iters", "1", "--save", base,
-         "--save-interval", "1", nproc=1)
-    load = [*hybrid, "--load", base, "--finetune", "--train-iters", "1"]
+    load = [*hybrid, "--load", hybrid_run[0], "--finetune", "--train-iters", "1"]
 
     def first_loss(name, *flags, nproc):
         logdir = str(tmp_path / f"{name}_losses")
