@@ -31,7 +31,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks.data_path.runs import megatron_cmd, ours_cmd, run_timed, write_jsonl
+from benchmarks.data_path.runs import (build_gpt2_like, megatron_cmd, ours_cmd, run_timed,
+                                       write_jsonl)
 from benchmarks.paths import OUT, REPO
 
 #: 8 control bytes + 0xC0, 0xC1, 0xF5-0xFF: 21 single bytes the ``bytes`` vocabulary lacks.
@@ -40,26 +41,7 @@ MISSING = (0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0xC0, 0xC1, *range(0x
 
 def build_bytes_tokenizer(corpus_jsonl: str, directory: str, vocab_size: int) -> str:
     """A GPT-2-style byte-level BPE trained on the corpus whose alphabet lacks :data:`MISSING`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from megatron_endprompt.data.tokenize.tiktoken_bpe import _unicode_to_byte
-
-    byte_of = _unicode_to_byte()
-    with open(corpus_jsonl, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    alphabet = [c for c in pre_tokenizers.ByteLevel.alphabet() if byte_of[c] not in MISSING]
-    tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-        initial_alphabet=alphabet))
-    eot = "<|endoftext|>"
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=eot, eos_token=eot,
-                            unk_token=eot).save_pretrained(directory)
-    return directory
+    return build_gpt2_like(corpus_jsonl, directory, vocab_size, missing=frozenset(MISSING))
 
 
 def salt_missing(path: str, every: int = 25) -> int:

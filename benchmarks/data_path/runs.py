@@ -51,9 +51,21 @@ def write_jsonl(corpus: str, path: str, *, doc_chars: int, repeat: int) -> int:
 
 
 # -- tokenizers -----------------------------------------------------------------------------
-def build_gpt2_like(corpus_jsonl: str, directory: str, vocab_size: int) -> str:
+def _alphabet(missing: frozenset[int]) -> list[str]:
+    """The byte-level alphabet (one symbol per byte) without the ``missing`` bytes."""
+    from tokenizers import pre_tokenizers
+
+    from megatron_endprompt.data.tokenize.tiktoken_bpe import _unicode_to_byte
+
+    byte_of = _unicode_to_byte()
+    return [c for c in pre_tokenizers.ByteLevel.alphabet() if byte_of[c] not in missing]
+
+
+def build_gpt2_like(corpus_jsonl: str, directory: str, vocab_size: int, *,
+                    missing: frozenset[int] = frozenset()) -> str:
     """A GPT-2-style ``tokenizer.json`` (byte-level BPE, ``<|endoftext|>``, no BOS) trained
-    offline on the corpus, saved as a Hugging Face directory; returns the directory."""
+    offline on the corpus, saved as a Hugging Face directory; returns the directory.
+    ``missing``: single bytes left out of the alphabet (a real vocabulary's never-seen bytes)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -65,7 +77,7 @@ def build_gpt2_like(corpus_jsonl: str, directory: str, vocab_size: int) -> str:
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        initial_alphabet=_alphabet(missing)))
     eot = "<|endoftext|>"
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=eot, eos_token=eot,
                             unk_token=eot).save_pretrained(directory)

@@ -180,30 +180,41 @@ def _spm_tokenizer(spec: TokenizerSpec, root: str | None) -> tuple[Any, str]:
         return build_tokenizer(spec), "no verdict cache (MEGATRON_ENDPROMPT_CACHE=off)"
     if versions["megatron-core"] is None:
         return build_tokenizer(spec), ""
-    path = os.path.join(root, key + ".json")
+    return _checked(os.path.join(root, key + ".json"), light, lambda: build_tokenizer(spec),
+                    compare_spm, label=spec.tokenizer_type, library="sentencepiece",
+                    light_read="model read by sentencepiece alone", files="this model and these versions",
+                    record={"versions": versions,
+                            "model": os.path.abspath(spec.tokenizer_model),
+                            "type": spec.tokenizer_type})
+
+
+def _checked(path: str, light: Any, build: Any, compare_to: Any, *, label: str,
+             library: str, light_read: str, files: str, record: dict) -> tuple[Any, str]:
+    """The verdict flow both light tokenizers share: ``light`` when the cached verdict at
+    ``path`` says it is Megatron's ``label`` tokenizer (same identity), else Megatron's own
+    (``build()``), compared with ``light`` by ``compare_to`` and the verdict cached.
+    ``record``: what the cache entry states besides the verdict (versions, files)."""
     entry = _read(path)
     if entry is not None:
         cached = TokenizerIdentity.from_dict(entry["identity"])
         if cached is not None and cached.matches(tokenizer_identity(light)):
-            return light, (f"model read by sentencepiece alone, no torch/Megatron import: "
-                           f"cached verdict {path} (equal to Megatron's {spec.tokenizer_type}, "
+            return light, (f"{light_read}, no torch/Megatron import: "
+                           f"cached verdict {path} (equal to Megatron's {label}, "
                            f"checked {entry.get('checked_utc')})")
-    tokenizer = build_tokenizer(spec)
-    diff = compare_spm(light, tokenizer)
+    tokenizer = build()
+    diff = compare_to(light, tokenizer)
     if diff is not None:
-        return tokenizer, f"Megatron's {spec.tokenizer_type} (sentencepiece alone differs: {diff})"
-    entry = {"equal": True, "verdict_version": VERDICT_VERSION, "versions": versions,
-             "model": os.path.abspath(spec.tokenizer_model), "type": spec.tokenizer_type,
+        return tokenizer, f"Megatron's {label} ({library} alone differs: {diff})"
+    entry = {"equal": True, "verdict_version": VERDICT_VERSION, **record,
              "identity": tokenizer_identity(tokenizer).ids_part(),
              "checked_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         _write(path, entry)
     except OSError as exc:
-        return tokenizer, (f"Megatron's {spec.tokenizer_type} (no cached verdict; sentencepiece "
+        return tokenizer, (f"Megatron's {label} (no cached verdict; {library} "
                            f"alone matched it, but the verdict could not be cached: {exc})")
-    return tokenizer, (f"Megatron's {spec.tokenizer_type} (no cached verdict for this model and "
-                       f"these versions: cold run); sentencepiece alone matched it, verdict "
-                       f"cached in {path}")
+    return tokenizer, (f"Megatron's {label} (no cached verdict for {files}: cold run); "
+                       f"{library} alone matched it, verdict cached in {path}")
 
 
 def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tuple[Any, str]:
@@ -228,28 +239,9 @@ def preprocessing_tokenizer(spec: TokenizerSpec, *, backend: Any = None) -> tupl
     versions = library_versions()
     if versions["megatron-core"] is None or versions["transformers"] is None:
         return build_tokenizer(spec), ""  # the builder's own error names what is missing
-    path = os.path.join(root, verdict_key(directory, versions) + ".json")
-    entry = _read(path)
-    if entry is not None:
-        cached = TokenizerIdentity.from_dict(entry["identity"])
-        if cached is not None and cached.matches(tokenizer_identity(light)):
-            return light, (f"tokenizer.json via tokenizers alone, no torch/Megatron import: "
-                           f"cached verdict {path} (equal to Megatron's HuggingFaceTokenizer, "
-                           f"checked {entry.get('checked_utc')})")
-    tokenizer = build_tokenizer(spec)
-    diff = compare(light, tokenizer)
-    if diff is not None:
-        return tokenizer, f"Megatron's HuggingFaceTokenizer (tokenizers alone differs: {diff})"
-    entry = {"equal": True, "verdict_version": VERDICT_VERSION, "versions": versions,
-             "directory": os.path.abspath(directory),
-             "identity": tokenizer_identity(tokenizer).ids_part(),
-             "texts_checked": len(probe_texts(light)),
-             "checked_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        _write(path, entry)
-    except OSError as exc:
-        return tokenizer, (f"Megatron's HuggingFaceTokenizer (no cached verdict; tokenizers "
-                           f"alone matched it, but the verdict could not be cached: {exc})")
-    return tokenizer, (f"Megatron's HuggingFaceTokenizer (no cached verdict for these files "
-                       f"and versions: cold run); tokenizers alone matched it, verdict cached "
-                       f"in {path}")
+    return _checked(os.path.join(root, verdict_key(directory, versions) + ".json"), light,
+                    lambda: build_tokenizer(spec), compare, label="HuggingFaceTokenizer",
+                    library="tokenizers", light_read="tokenizer.json via tokenizers alone",
+                    files="these files and versions",
+                    record={"versions": versions, "directory": os.path.abspath(directory),
+                            "texts_checked": len(probe_texts(light))})
