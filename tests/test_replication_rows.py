@@ -133,3 +133,20 @@ def test_pose_rows_are_the_tools_pose_layouts(rep):
             assert pos[: r[0]].max() < r[1] and pos.max() <= rep.L - 1
         if m == "etp":
             assert sc.layout.loss_weights.terminal == rep.c["prompt_w"]
+
+
+def test_rerender_recomputes_the_pairs_of_a_committed_json(tmp_path):
+    """``--rerender`` recomputes the summaries and today's PAIRS of a results JSON (e.g. one
+    written before a pair was added) and rewrites its tables; it trains nothing."""
+    def ev(acc):
+        return {"counts": {t: {"640": [acc, 100]} for t in ("niah_single_1", "passkey")}}
+    c = dict(mini.SIZES["full"], seeds=2, lengths="640", held_out="")
+    results = {"config": c, "base": {"eval": ev(10)}, "methods": {
+        m: {"name": mini.METHODS[m], "seeds": {str(k): ev(50 + 10 * k + bump) for k in range(2)}}
+        for m, bump in (("g1n", 20), ("hg", 0))}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(results))
+    assert mini.main(["--rerender", str(path)]) == 0
+    out = json.loads(path.read_text())
+    assert out["paired"]["g1n-hg"]["passkey"]["640"]["mean"] == pytest.approx(0.2)
+    assert "(g1n) - (hg)" in (tmp_path / "old.md").read_text()

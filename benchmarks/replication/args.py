@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default): the base then retrieves ~100%% at L0; --no-split-digits: "
                         "merged digit groups, the earlier published base "
                         "(benchmarks/replication/README.md, Archive)")
+    p.add_argument("--rerender", default=None, metavar="RESULTS.json",
+                   help="recompute the summaries and paired differences (protocol.PAIRS) of a "
+                        "results JSON and rewrite it with its tables and figure; trains nothing")
     p.add_argument("--held-out", dest="held_out", default=None, metavar="TASK,TASK",
                    help="held-out RULER tasks evaluated besides NIAH and passkey (default: "
                         "niah_multikey_2,niah_multivalue,niah_multiquery; \"\" for none, which "

@@ -262,6 +262,12 @@ def best_placement(summary: dict, L: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.rerender:  # a committed JSON under today's PAIRS; no run
+        with open(args.rerender, encoding="utf-8") as f:
+            results = json.load(f)
+        summarize(results, results["config"])
+        print("wrote " + ", ".join(write(results, args.rerender, partial=False)))
+        return 0
     if args.length_grid:  # one invocation per L; the base is shared through the work directory
         argv = list(sys.argv[1:] if argv is None else argv)
         i = argv.index("--length-grid")

@@ -37,6 +37,7 @@ PAIRS = (
     ("d", "b"),      # EndPrompt vs full-length at equal documents and steps (4x the tokens)
     ("d", "d0"),     # the position jump
     ("g1p", "g1n"),  # the content-free prompt terminal
+    ("g1n", "hg"),   # short contiguous windows vs full-length, the same stream, no terminal
     ("etp", "d"),    # ET(PoSE) vs ET
     ("f", "d"),      # the project's two-piece chunks on top of (d)
     ("e", "d"),      # PoSE vs ET
