@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from megatron_endprompt.disk import atomic_path
 
@@ -46,13 +48,20 @@ def make_contiguous(sidecar: str) -> int:
 
 def prompt_context_length(c: dict, spm: str, prompt: str = "ep1") -> int:
     """(g1p)'s ``a = P - len(prompt)``: its prompt tokenized as preprocessing tokenizes it."""
+    return c["P"] - _prompt_tokens(spm, prompt)
+
+
+@functools.lru_cache(maxsize=None)
+def _prompt_tokens(spm: str, prompt: str) -> int:
+    """Tokens of a built-in prompt under ``spm`` (built once per model: every (g1n) run and
+    the data table ask)."""
     from megatron_endprompt.data.sidecar.prompts import PROMPT_SETS, tokenize_prompt
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     tok = build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
                                         tokenizer_model=spm))
     (text,) = PROMPT_SETS[prompt]
-    return c["P"] - len(tokenize_prompt(text, tok))
+    return len(tokenize_prompt(text, tok))
 
 
 def short_doc_tokens(c: dict) -> tuple[int, int]:

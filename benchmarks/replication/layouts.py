@@ -82,7 +82,7 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
             need(np.all(lengths == L), f"full-length documents are not padded to L = {L}")
         if m in PACKED:  # documents with their one EOD each, unpadded: every token is text
             idx = IndexReader(prefix + ".idx")
-            tokens = np.fromfile(prefix + ".bin", dtype=idx.dtype)
+            tokens = np.memmap(prefix + ".bin", dtype=idx.dtype, mode="r")  # only 2 per doc read
             ends = np.cumsum(lengths)
             eod = tokens[ends - 1]
             need(np.all(eod == eod[0]), "a document does not end with the EOD token")
