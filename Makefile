@@ -5,6 +5,11 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The suite runs on TEST_WORKERS pytest-xdist workers (2: the developer's and CI's cores; 0 runs
+# it in this process). --dist loadfile keeps a file's tests on one worker, so a module-scoped
+# fixture (a trained checkpoint, the sweep's inputs) is still built once.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: demo check test venv clean
 
@@ -30,10 +35,10 @@ replicate: $(STAMP)
 
 # the fast tier: in-process tests only (no `process`, `e2e` or other `slow` test; pytest.ini)
 check: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q $(PARALLEL) -m "not slow" tests
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PARALLEL) tests
 
 clean:
 	rm -rf demo_out .pytest_cache

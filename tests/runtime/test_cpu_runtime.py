@@ -158,13 +158,3 @@ def test_pp2_loss_decreases(tmp_path: Path) -> None:
     """PP=2 (1F1B over 4 micro-batches): loss falls over 10 iterations."""
     losses = _pretrain(tmp_path, "pp2", "--pipeline-model-parallel-size", "2", "--train-iters", "10")
     _assert_loss_falls(losses, 10)
-
-
-def test_dp2_distributed_optimizer_resumes_exactly(tmp_path: Path) -> None:
-    """DP=2 with the distributed optimizer (torch-Adam fallback): save at 3 of 6, resume
-    from 3, iterations 4-6 identical (state template, no-grad copies, Adam step)."""
-    ckpt = tmp_path / "ckpt"
-    dp2 = ["--use-distributed-optimizer", "--train-iters", "6"]
-    full = _pretrain(tmp_path, "full", *dp2, "--save", str(ckpt), "--save-interval", "3")
-    resumed = _pretrain(tmp_path, "resumed", *dp2, "--load", str(ckpt), "--ckpt-step", "3")
-    _assert_resume_exact(full, resumed, 4, 6)

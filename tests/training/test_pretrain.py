@@ -131,8 +131,10 @@ def _pin_parallel_layouts(prefix, base, tmp_path, only=None):
 
 
 def test_resume_reproduces_uninterrupted_run(prefix, tmp_path):
-    """DP=2 + distributed optimizer: the Adam state (step included) survives the round trip.
-    Compared on the exact loss log: Megatron's printed value is a 7-digit running average."""
+    """DP=2 + distributed optimizer (the CPU runtime's torch-Adam fallback: its state
+    template, the no-grad copies and the Adam step) through the EndPrompt entry: the optimizer
+    state survives the round trip, iterations 4-6 bit-exact. Compared on the exact loss log:
+    Megatron's printed value is a 7-digit running average."""
     ckpt = str(tmp_path / "ckpt")
     flags = ["--use-distributed-optimizer", "--train-iters", "6"]
     _run(prefix, tmp_path, "full", *flags, "--save", ckpt, "--save-interval", "3",
