@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:
-        for note in notes:
+        for note in dict.fromkeys([*notes, *run.notes]):
             print(note, flush=True)
         print(f"EndPrompt: {window.banner()} RoPE={run.rope_scaling}; "
               f"{len(layouts)} EndPrompt prefix(es)", flush=True)

@@ -70,7 +70,12 @@ class EndPromptRun:
     """``--endprompt-sidecar-name``: read ``PREFIX.NAME.endprompt`` instead of ``PREFIX.endprompt``."""
 
     replay_prefixes: tuple[str, ...] = ()
-    """``--endprompt-replay-prefixes``, each matched to the data prefix it names."""
+    """``--endprompt-replay-prefixes``, each matched to the data prefix it names (Megatron's
+    other spelling, ``PREFIX`` for ``PREFIX_text_document`` or the reverse, resolved first)."""
+
+    notes: tuple[str, ...] = ()
+    """One-line notes for rank 0 to print at start-up: a replay prefix given in Megatron's
+    other spelling, with the name used."""
 
     loss_log: str | None = None
     """``--endprompt-loss-log``: the directory of exact per-micro-batch loss terms, or ``None``."""
@@ -176,24 +181,31 @@ def resolve_endprompt_args(args: argparse.Namespace,
     return window
 
 
-def _matched_replay(args: argparse.Namespace, replay: list[str]) -> tuple[str, ...]:
-    """Each ``--endprompt-replay-prefixes`` entry as the data prefix it names, compared as
-    files (``mg/small/`` or ``./mg/small`` name the prefix ``mg/small``)."""
+def _matched_replay(args: argparse.Namespace,
+                    replay: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(prefixes, notes)``: each ``--endprompt-replay-prefixes`` entry, in Megatron's other
+    spelling when only that one exists (:func:`resolve_prefix`, as the start-up checks do for
+    ``--data-path``), as the data prefix it names, compared as files (``mg/small/`` or
+    ``./mg/small`` name the prefix ``mg/small``); with the notes of the names resolved."""
     if not replay:
-        return ()
+        return (), ()
+    from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
     from megatron_endprompt.training.checks import blend_prefixes
 
     prefixes = blend_prefixes(args)
-    matched = []
-    for r in replay:
+    matched, notes = [], []
+    for given in replay:
+        r, note = resolve_prefix(given)
+        if note:
+            notes.append(note)
         same = [p for p in prefixes if os.path.abspath(r) == os.path.abspath(p)
                 and not r.endswith(("/", ".bin", ".idx"))]
         if not same:
             hint = " (drop the trailing '/' or suffix)" if r.endswith(("/", ".bin", ".idx")) else ""
-            raise UserError(f"--endprompt-replay-prefixes {r}: not one of the data prefixes "
+            raise UserError(f"--endprompt-replay-prefixes {given}: not one of the data prefixes "
                             f"(--data-path / --*-data-path){hint}; fix the path")
         matched.append(same[0])
-    return tuple(matched)
+    return tuple(matched), tuple(dict.fromkeys(notes))
 
 
 def build_run(args: argparse.Namespace, *, window: EndPromptWindow,
@@ -205,13 +217,14 @@ def build_run(args: argparse.Namespace, *, window: EndPromptWindow,
 
     name = getattr(args, "endprompt_sidecar_name", None)
     check_sidecar_name(name)
+    replay, notes = _matched_replay(args, getattr(args, "endprompt_replay_prefixes", None) or [])
     return EndPromptRun(
         window=window,
         rope_scaling=getattr(args, "endprompt_rope_scaling", None) or "linear",
         yarn=_yarn(args, window),
         tokenizer_identity=tokenizer_identity,
         sidecar_name=name,
-        replay_prefixes=_matched_replay(args, getattr(args, "endprompt_replay_prefixes", None)
-                                        or []),
+        replay_prefixes=replay,
+        notes=notes,
         loss_log=getattr(args, "endprompt_loss_log", None),
         long_eval=long_eval)

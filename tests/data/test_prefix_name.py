@@ -13,6 +13,8 @@ from megatron_endprompt.cli import build_sidecar as sidecar_cli
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 from megatron_endprompt.training.checks import check_startup
+from megatron_endprompt.training.run import build_run
+from megatron_endprompt.window import EndPromptWindow
 
 
 def _corpus(prefix: str) -> str:
@@ -56,8 +58,12 @@ def test_training_startup_resolves_data_and_replay_prefixes(tmp_path):
         finetune=False, load=None, save=None)
     notes = check_startup(args)
     assert args.data_path == ["0.8", mg, "0.2", replay]
-    assert args.endprompt_replay_prefixes == [replay]
     assert len(notes) == 2 and all(n.startswith("note: ") for n in notes)
+    # the replay prefix: resolved where the run is built, not rewritten in Megatron's args
+    run = build_run(args, window=EndPromptWindow(target_length=256))
+    assert run.replay_prefixes == (replay,)
+    assert run.notes == (resolve_prefix(replay + "_text_document")[1],)
+    assert args.endprompt_replay_prefixes == [replay + "_text_document"]
 
 
 def test_inspect_accepts_the_megatron_name_and_lists_sidecars_on_a_typo(run_tool, tmp_path):

@@ -71,6 +71,36 @@ def test_only_the_run_builder_reads_endprompt_flags_from_megatron_args():
     assert endprompt_flag_reads() == []
 
 
+#: Modules that may name an EndPrompt flag's attribute as a string: where the flags are defined
+#: and the dataset config's cache key (the config's own fields, filled from ``EndPromptRun``).
+NAMED_BY_STRING = {"training/args.py", "data/dataset.py"}
+
+
+def endprompt_flag_names() -> list[str]:
+    """Every string constant that names an EndPrompt flag's attribute (``"endprompt_x"``, as a
+    dynamic ``getattr``/``setattr`` would use it) outside the builder, the flags' definition,
+    the dataset config's cache key and the checkpoint readers, as ``module:line name``."""
+    dests = {a.dest for a in add_endprompt_args(argparse.ArgumentParser())._actions
+             if a.dest.startswith("endprompt_")}
+    readers = {m.split(":")[0] for m in CHECKPOINT_READERS}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        if module == BUILDER or module in NAMED_BY_STRING or module in readers:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in dests:
+                found.append(f"{module}:{node.lineno} {node.value}")
+    return found
+
+
+def test_no_other_module_names_an_endprompt_flag_by_string():
+    """The literal-attribute lint above cannot see ``setattr(args, attr, ...)`` over a tuple of
+    names: the start-up checks rewrote ``endprompt_replay_prefixes`` that way (the replay
+    prefixes are now resolved in the builder)."""
+    assert endprompt_flag_names() == []
+
+
 def test_the_lint_sees_both_spellings():
     tree = ast.parse("def f(args):\n    a = args.endprompt_x\n"
                      "    b = getattr(get_args(), 'endprompt_y', None)\n"
