@@ -23,7 +23,7 @@ from types import MappingProxyType
 
 from megatron_endprompt.loss_weights import LossWeights
 
-__all__ = ["EXPORT_FLAGS", "EndPromptWindow", "LAUNCH_FLAGS", "PREPROCESS_FLAGS",
+__all__ = ["EXPORT_FLAGS", "EndPromptWindow", "LAUNCH_FLAGS", "PLAN_FLAGS", "PREPROCESS_FLAGS",
            "TRAINING_FLAGS", "explicit_pi_factor", "resolve_pi_factor"]
 
 #: The largest position (and so ``L``) a sidecar record holds: records are int32.
@@ -53,6 +53,11 @@ LAUNCH_FLAGS: Mapping[str, str] = MappingProxyType({
     "seq_length": "SEQ_LENGTH",
     "original_length": "ORIGINAL_LENGTH",
     "pi_factor": "PI_FACTOR",
+})
+#: The planner's (``endprompt-plan``): ``L0`` is the model's window, from its preset or config.
+PLAN_FLAGS: Mapping[str, str] = MappingProxyType({
+    **PREPROCESS_FLAGS,
+    "original_length": "--model / --hf-config (its max_position_embeddings)",
 })
 EXPORT_FLAGS: Mapping[str, str] = MappingProxyType({
     **TRAINING_FLAGS,

@@ -27,7 +27,7 @@ from megatron_endprompt.planning.megatron_formulas import MegatronAccounting, me
 from megatron_endprompt.planning.memory import GIB, MemoryBreakdown, MixedPrecision, \
     memory_breakdown
 from megatron_endprompt.planning.presets import GPUSpec, ModelSpec
-from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
+from megatron_endprompt.window import PLAN_FLAGS, EndPromptWindow
 
 __all__ = ["Layout", "MethodPlan", "PlanSettings", "evaluate", "plan_method", "plan_run", "sweep",
            "total_params"]
@@ -80,7 +80,7 @@ class PlanSettings:
             raise ValueError(f"--tokens must be a positive finite number, got {self.tokens:g}")
         try:  # L vs P vs L0 by the rule training uses (L > P, L > L0, int32 positions)
             EndPromptWindow(target_length=self.target_length, seq_length=self.seq_length,
-                            original_length=self.model.original_window, flags=PREPROCESS_FLAGS)
+                            original_length=self.model.original_window, flags=PLAN_FLAGS)
         except ValueError as exc:
             raise ValueError(f"--target-length {self.target_length}: {exc}") from None
         if not 0 < self.mfu <= 1:

@@ -62,6 +62,9 @@ def test_plan_settings_refuse_L_equal_to_P():
     (L = L0 plans a run at the model's own window, s = 1)."""
     with pytest.raises(ValueError, match="must be larger than seq length"):
         _settings(target_length=8192)
-    with pytest.raises(ValueError, match="is below the original context window 8192"):
+    with pytest.raises(ValueError, match="is below the original context window 8192") as exc:
         _settings(seq_length=2048, target_length=4096)
+    # the planner has no --endprompt-original-length: its L0 is the model's window
+    assert "--endprompt-original-length" not in str(exc.value)
+    assert "--model / --hf-config (its max_position_embeddings)" in str(exc.value)
     assert _settings(seq_length=4096, target_length=8192).target_length == 8192
