@@ -205,7 +205,7 @@ def _matched_replay(args: argparse.Namespace,
             raise UserError(f"--endprompt-replay-prefixes {given}: not one of the data prefixes "
                             f"(--data-path / --*-data-path){hint}; fix the path")
         matched.append(same[0])
-    return tuple(matched), tuple(dict.fromkeys(notes))
+    return tuple(matched), tuple(notes)
 
 
 def build_run(args: argparse.Namespace, *, window: EndPromptWindow,

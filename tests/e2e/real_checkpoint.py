@@ -59,11 +59,8 @@ def _locked():
     """Held while the cache is checked and, when cold, filled (one process at a time)."""
     os.makedirs(cache_dir(), exist_ok=True)
     with open(os.path.join(cache_dir(), "smollm2.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def smollm2_hf_dir() -> str:
