@@ -51,6 +51,7 @@ from megatron_endprompt.data.sidecar.spans import span_reader
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.loss_weights import LossWeights
+from megatron_endprompt.data.sidecar.trust import cache_dir, ensure_verified, idx_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +250,6 @@ class EndPromptGPTDataset(GPTDataset):
         # Runs inside the constructor, which Megatron's builder calls on rank 0 first, then
         # (after a barrier) on the other ranks: rank 0 verifies/fingerprints once and caches
         # the verdict; the others find it in the cache (see megatron_endprompt.data.sidecar.trust).
-        from megatron_endprompt.data.sidecar.trust import cache_dir, ensure_verified, idx_fingerprint
-
         directory = cache_dir(self.dataset.path_prefix, self.config.path_to_cache)
         if self.sidecar is None:
             # Megatron's key ignores file contents: a rewritten replay prefix must not be

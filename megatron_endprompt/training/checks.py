@@ -28,9 +28,10 @@ from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.window import MAX_POSITION
 
-__all__ = ["blends", "blend_prefixes", "check_startup", "check_transformer_impl",
-           "parse_args_checked"]
+__all__ = ["blends", "blend_prefixes", "check_startup", "check_target_length",
+           "check_transformer_impl", "parse_args_checked"]
 
 _BLEND_HELP = ("give PREFIX [PREFIX ...] or weight/prefix pairs W1 PREFIX1 W2 PREFIX2 ... "
                "with weights > 0")
@@ -194,6 +195,17 @@ def _check_load(args: argparse.Namespace) -> None:
                     "or start from a model with --load OUT --save OUT --pretrained-checkpoint IN")
 
 
+def check_target_length(L: int | None) -> None:
+    """``--endprompt-target-length`` within the positions a sidecar record holds (int32:
+    :data:`~megatron_endprompt.window.MAX_POSITION`, the bound
+    :class:`~megatron_endprompt.window.EndPromptWindow` enforces later). The value, not
+    ``args``: the run builder (:mod:`.run`) is the one reader of the EndPrompt flags, and
+    calls this where it first reads ``L``, before any checkpoint, data or tokenizer is read."""
+    if L is not None and not 0 < L <= MAX_POSITION:
+        raise UserError(f"--endprompt-target-length {L} must be in [1, {MAX_POSITION}] (int32 "
+                        "positions)")
+
+
 def check_startup(args: argparse.Namespace) -> list[str]:
     """All checks above; raises :class:`UserError`. Cheap: reads flags and directory listings.
     Returns the notes to print (prefixes resolved to Megatron's other spelling)."""
@@ -201,9 +213,6 @@ def check_startup(args: argparse.Namespace) -> list[str]:
     if divisor is not None and divisor < 1:
         raise UserError(f"--make-vocab-size-divisible-by {divisor} must be >= 1 (128 is "
                         "Megatron's default)")
-    from megatron_endprompt.training.run import check_target_length
-
-    check_target_length(args)
     notes = _resolve_names(args)
     check_transformer_impl(getattr(args, "transformer_impl", None))
     _check_features(args)

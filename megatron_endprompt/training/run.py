@@ -19,10 +19,11 @@ from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentit
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.loss_weights import LossWeights
 from megatron_endprompt.model.yarn import YarnScaling, yarn_scaling
+from megatron_endprompt.training.checks import blend_prefixes, check_target_length
 from megatron_endprompt.window import TRAINING_FLAGS, EndPromptWindow, explicit_pi_factor
 
-__all__ = ["EndPromptRun", "LongEvalSettings", "build_run", "check_target_length",
-           "long_eval_settings", "resolve_endprompt_args"]
+__all__ = ["EndPromptRun", "LongEvalSettings", "build_run", "long_eval_settings",
+           "resolve_endprompt_args"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,17 +92,11 @@ class EndPromptRun:
         return {"pi_factor": 1.0, "yarn": self.yarn}
 
 
-def check_target_length(args: argparse.Namespace) -> None:
-    """``--endprompt-target-length`` within int32 positions (a sidecar record is int32); part of
-    the cheap start-up checks, before any checkpoint or tokenizer is read."""
-    L = getattr(args, "endprompt_target_length", None)
-    if L is not None and not 0 < L <= 2**31 - 1:
-        raise UserError(f"--endprompt-target-length {L} must be in [1, {2**31 - 1}] (int32 "
-                        "positions)")
-
-
 def long_eval_settings(args: argparse.Namespace) -> LongEvalSettings | None:
-    """The ``--endprompt-long-eval-*`` flags (``None`` when the interval is 0: off)."""
+    """The ``--endprompt-long-eval-*`` flags (``None`` when the interval is 0: off). The first
+    read of ``L`` at start-up (``pretrain.main``, right after the start-up checks): its bound is
+    checked here, before the long-eval data and the checkpoint are read."""
+    check_target_length(getattr(args, "endprompt_target_length", None))
     if not getattr(args, "endprompt_long_eval_interval", 0):
         return None
     return LongEvalSettings(interval=int(args.endprompt_long_eval_interval),
@@ -190,7 +185,6 @@ def _matched_replay(args: argparse.Namespace,
     if not replay:
         return (), ()
     from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
-    from megatron_endprompt.training.checks import blend_prefixes
 
     prefixes = blend_prefixes(args)
     matched, notes = [], []

@@ -13,7 +13,7 @@ import pytest
 from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.tokenize import encode
 from megatron_endprompt.data.tokenize.spm_encoder import (SpmEncoder, cut_safe, spm_processor)
-from megatron_endprompt.data.tokenize.tiktoken_encoder import choose_encoder
+from megatron_endprompt.data.tokenize.encoder_choice import choose_encoder
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from tests.support.layout import SPM_B, SPM_L, SPM_P
 from tests.support.megatron_preprocess import megatron_preprocess, same_bin_idx

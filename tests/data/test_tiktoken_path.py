@@ -16,7 +16,8 @@ from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.tokenize import encode
 from megatron_endprompt.data.prepare.synthetic import LLAMA3_SPLIT_PATTERN
 from megatron_endprompt.data.tokenize.tiktoken_bpe import convert, convert_pattern
-from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS, choose_encoder, tiktoken_encoder
+from megatron_endprompt.data.tokenize.encoder_choice import choose_encoder
+from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS, tiktoken_encoder
 
 EXTRA = ["Numbers 1234567 and 12 345 678; YOU'LL see it's <|end_of_text|> x<|begin_of_text|>y",
          "line\r\n\r\n  indented\ttab  ", "caf\u00e9 cafe\u0301 \u65e5\u672c \U0001f642"]

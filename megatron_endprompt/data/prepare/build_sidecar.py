@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megatron_endprompt.data.prepare.atomic_output import (check_output_prefix, check_targets,
+                                                           finish_interrupted_commit, prefix_lock)
 from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.sidecar.indexed_io import IndexReader
 from megatron_endprompt.data.prepare.prefix_guard import check_sidecar_target
@@ -119,13 +121,6 @@ def build_sidecar(opts: SidecarOptions, *, bin_path: str | None = None,
     built one. Standalone (no ``out_path``), the whole build holds ``PREFIX.lock``."""
     if out_path is not None:
         return _build(opts, bin_path, idx_path, out_path, tokenizer, extra_stats)
-    from megatron_endprompt.data.prepare.atomic_output import (
-        check_output_prefix,
-        check_targets,
-        finish_interrupted_commit,
-        prefix_lock,
-    )
-
     check_output_prefix(opts.data_prefix, flag="--data-prefix")
     check_targets(opts.data_prefix, sidecar_path(opts.data_prefix, opts.name),
                   flag="--data-prefix", corpus=False)

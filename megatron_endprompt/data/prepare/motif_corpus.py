@@ -9,6 +9,12 @@ import os
 
 import numpy as np
 
+from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
+from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
+from megatron_endprompt.layout import LayoutConfig
+from megatron_endprompt.loss_weights import LossWeights
+
 
 def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab: int,
                        docs: int = 150, terminal_length: int = 8,
@@ -20,12 +26,6 @@ def write_motif_prefix(root: str, *, seq_length: int, target_length: int, vocab:
     continuation of ``terminal_length`` tokens; prompts are NullTokenizer ids, e.g. a file
     line ``7 8 9``); ``layout``: other :class:`~megatron_endprompt.layout.LayoutConfig`
     fields."""
-    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, preprocess
-    from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
-    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
-    from megatron_endprompt.layout import LayoutConfig
-    from megatron_endprompt.loss_weights import LossWeights
-
     rng = np.random.default_rng(0)
     corpus = os.path.join(root, "c.jsonl")
     with open(corpus, "w") as f:

@@ -30,10 +30,11 @@ from megatron_endprompt.data.prepare.prefix_guard import (check_inputs_not_writt
                                                          check_other_sidecars,
                                                          check_sidecar_target, run_id)
 from megatron_endprompt.data.prepare.progress import Progress
+from megatron_endprompt.data.sidecar.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.tokenize.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name, open_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
-from megatron_endprompt.data.tokenize.tiktoken_encoder import BACKENDS, choose_encoder
+from megatron_endprompt.data.tokenize.encoder_choice import BACKENDS, choose_encoder
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 from megatron_endprompt.data.tokenize.tokenizer_verdict import preprocessing_tokenizer
 from megatron_endprompt import runtime
@@ -72,7 +73,7 @@ class PreprocessOptions:
     progress: bool = True
     """Show a tqdm bar (bytes done of the total, ETA) on a terminal."""
     tokenizer_backend: str = "auto"
-    """``--tokenizer-backend``: auto | hf | tiktoken (see ``tiktoken_encoder.BACKENDS``)."""
+    """``--tokenizer-backend``: auto | hf | tiktoken (see ``encoder_choice.BACKENDS``)."""
     name: str | None = None
     """``--name``: write the sidecar as ``PREFIX.NAME.endprompt`` (default ``PREFIX.endprompt``)."""
 
@@ -145,8 +146,6 @@ def _preprocess(opts: PreprocessOptions, span, early: EarlyEncoding | None,
         opts.tokenizer, backend=None if early is None else early.backend)
     sidecar_opts = opts.sidecar_options()
     if opts.terminal.is_prompt:  # refuse prompts that do not fit before tokenizing
-        from megatron_endprompt.data.sidecar.prompts import load_prompts, tokenize_prompts
-
         for ids in tokenize_prompts(load_prompts(opts.terminal.prompts), tokenizer):
             try:
                 opts.layout.check_terminal_length(len(ids))

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS
 from megatron_endprompt.disk import atomic_path
 
 _SUBJECTS = ["the river", "a merchant", "the old king", "my sister", "the north wind",
@@ -53,8 +54,6 @@ def write_corpus(path: str, *, num_docs: int, seed: int = 0,
 
 def _training_texts(corpus_jsonl: str):
     """The built-in terminal prompts (so that they tokenize cleanly), then the corpus' texts."""
-    from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS
-
     yield from BUILTIN_PROMPTS
     with open(corpus_jsonl, encoding="utf-8") as f:
         for line in f:
@@ -157,8 +156,6 @@ def build_llama3_like_tokenizer(texts, out_dir: str, *, vocab_size: int = 768,
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
     from tokenizers.models import BPE
     from tokenizers.trainers import BpeTrainer
-
-    from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS
 
     tok = Tokenizer(BPE(ignore_merges=True))
     tok.pre_tokenizer = pre_tokenizers.Sequence([

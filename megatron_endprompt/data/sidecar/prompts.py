@@ -30,6 +30,8 @@ import numpy as np
 
 from megatron_endprompt.errors import UserError
 
+from megatron_endprompt.data.tokenize.tokenizer import encode_plain, token_text
+
 EOD_PROMPT = "<eod>"
 """Stands for the tokenizer's end-of-document token ``tokenizer.eod`` (its ``eos_token``), one id."""
 
@@ -58,8 +60,6 @@ BUILTIN_PROMPTS: tuple[str, ...] = PROMPT_SETS["ep1-3"]
 
 def eot_id(tokenizer: Any) -> int | None:
     """The id of ``<|eot_id|>`` when the tokenizer has it as one token, else ``None``."""
-    from megatron_endprompt.data.tokenize.tokenizer import encode_plain, token_text
-
     ids = encode_plain(tokenizer, EOT_TOKEN)
     if len(ids) == 1 and token_text(tokenizer, ids[0]) == EOT_TOKEN:
         return int(ids[0])
@@ -68,8 +68,6 @@ def eot_id(tokenizer: Any) -> int | None:
 
 def ep2_note(tokenizer: Any) -> str:
     """What the built-in EP2 (``<eot>``) is under ``tokenizer``, for the summary."""
-    from megatron_endprompt.data.tokenize.tokenizer import token_text
-
     if eot_id(tokenizer) is not None:
         return f"{EOT_TOKEN} (the paper's EP2)"
     name = token_text(tokenizer, tokenizer.eod)
@@ -101,8 +99,6 @@ def load_prompts(path: str | None) -> list[str]:
 
 def tokenize_prompt(prompt: str, tokenizer: Any) -> np.ndarray:
     """Token ids (int64) of one prompt, no special token added; see the module docstring."""
-    from megatron_endprompt.data.tokenize.tokenizer import encode_plain
-
     if prompt == EOD_PROMPT:
         ids = [tokenizer.eod]
     elif prompt == EOT_PROMPT:

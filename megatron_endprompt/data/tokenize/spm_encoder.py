@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from megatron_endprompt.data.tokenize import encode
+from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS
 
 #: Texts on which a batched and a per-document SentencePiece call could plausibly differ.
 SPM_STRESS_TEXTS: tuple[str, ...] = (
@@ -153,8 +154,6 @@ def choose_spm_encoder(tokenizer: Any, texts: list[str], *, append_eod: bool,
     diff = probe_spm(enc, tokenizer, texts, append_eod=append_eod)
     if diff is not None:
         return None, diff
-    from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS
-
     diff = probe_spm(enc, tokenizer, list(STRESS_TEXTS), append_eod=append_eod)
     if diff is not None:
         return None, diff

@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from megatron_endprompt.compat import build_megatron_tokenizer, supported_tokenizer_types
 from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, vocab_fingerprint
 from megatron_endprompt.errors import UserError
@@ -38,8 +39,6 @@ class TokenizerSpec:
 
 def check_tokenizer_spec(spec: TokenizerSpec) -> None:
     """Refuse an unknown type or an unreadable model path before any worker starts."""
-    from megatron_endprompt.compat import supported_tokenizer_types
-
     types = supported_tokenizer_types()
     if spec.tokenizer_type not in types:
         raise UserError(
@@ -65,8 +64,6 @@ def check_tokenizer_spec(spec: TokenizerSpec) -> None:
 
 def build_tokenizer(spec: TokenizerSpec) -> Any:
     """Megatron-Core tokenizer for ``spec``; one-line ``UserError`` when it cannot be loaded."""
-    from megatron_endprompt.compat import build_megatron_tokenizer
-
     check_tokenizer_spec(spec)
     try:
         return build_megatron_tokenizer(spec.tokenizer_type, spec.tokenizer_model, spec.vocab_size)

@@ -45,6 +45,8 @@ from typing import Any
 
 from megatron_endprompt.data.tokenize.encode import fast_backend
 from megatron_endprompt.data.tokenize.json_tokenizer import JsonTokenizer
+from megatron_endprompt.data.tokenize.spm_encoder import (SPM_STRESS_TEXTS, SpmTokenizer,
+                                                          spm_processor)
 from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
@@ -154,8 +156,6 @@ def _spm_key(spec: TokenizerSpec) -> tuple[str, dict]:
 def compare_spm(light: Any, tokenizer: Any) -> str | None:
     """``None`` when the ``sentencepiece``-only ``light`` is Megatron's SentencePiece
     ``tokenizer``, else the first difference."""
-    from megatron_endprompt.data.tokenize.spm_encoder import SPM_STRESS_TEXTS, spm_processor
-
     proc, why = spm_processor(tokenizer)
     if proc is None:
         return f"Megatron's wrapper is not a plain encode ({why})"
@@ -169,8 +169,6 @@ def compare_spm(light: Any, tokenizer: Any) -> str | None:
 
 
 def _spm_tokenizer(spec: TokenizerSpec, root: str | None) -> tuple[Any, str]:
-    from megatron_endprompt.data.tokenize.spm_encoder import SpmTokenizer
-
     try:
         light = SpmTokenizer(spec.tokenizer_model)
         key, versions = _spm_key(spec)
