@@ -28,6 +28,7 @@ import glob
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 
 from megatron_endprompt.errors import UserError
@@ -196,47 +197,42 @@ def check_apart(output: str, inputs: list[tuple[str, str]], *, flag: str = "--ou
 
 
 @contextlib.contextmanager
-def exclusive(lock_path: str, *, busy: str) -> Iterator[None]:
-    """Hold ``lock_path`` with ``fcntl.flock`` for the duration; another holder -> one
-    :class:`UserError` ``busy`` (``{pid}`` in it replaced by the holder's pid). The file
-    records our pid and is removed on release (the inode check makes a create/unlink race with
-    a releasing holder safe). Directories created to hold the lock are removed again if they
-    stay empty."""
+def exclusive(lock_path: str, *, busy: str, who: str = "",
+              wait_s: float = 0.0) -> Iterator[None]:
+    """Hold ``lock_path`` with ``fcntl.flock`` for the duration: the package's one file lock
+    (a dataset prefix's ``PREFIX.lock``, a conversion output's ``.OUT.lock``).
+
+    Another holder -> one :class:`UserError` ``busy`` (``{pid}`` in it replaced by the holder's
+    pid), after polling up to ``wait_s`` seconds. ``who`` (e.g. ``--output-prefix data/ep``)
+    starts the other refusals: a lock path that is a link (never opened through: truncating it
+    would empty the file it names) or a directory that takes no new file. The file records our
+    pid and is removed on release (the inode check makes a create/unlink race with a releasing
+    holder safe). On a full disk (recording the pid fails) the lock file is removed and the
+    ``OSError`` names it. Directories created to hold the lock are removed again if they stay
+    empty."""
+    start = f"{who}: " if who else ""
     parent = os.path.dirname(os.path.abspath(lock_path))
     made = []
     probe = parent
     while not os.path.exists(probe):
         made.append(probe)
         probe = os.path.dirname(probe)
-    os.makedirs(parent, exist_ok=True)
+    deadline = time.monotonic() + wait_s
     try:
-        while True:
-            try:  # never through a link: truncating it would empty the file it names
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                raise UserError(f"{lock_path} is a symbolic link; it is this tool's lock "
-                                "file: remove the link") from None
-            if os.fstat(fd).st_nlink > 1:
-                os.close(fd)
-                raise UserError(f"{lock_path} is another name of an existing file (a hard "
-                                "link); it is this tool's lock file: remove that name")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-                os.close(fd)
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-                raise UserError(busy.replace("{pid}", holder)) from None
-            cur = _identity(lock_path)
-            if cur != (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-                os.close(fd)  # the previous holder removed it between our open and flock
-                continue
-            break
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{start}cannot create {parent} ({exc.strerror}); choose an "
+                            "existing, writable directory") from None
+        fd = _take_lock(lock_path, busy=busy, start=start, deadline=deadline)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: no lock file left behind, and the file named
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)
+            os.close(fd)
+            raise OSError(exc.errno, exc.strerror, lock_path) from None
         try:
             yield
         finally:
@@ -247,3 +243,36 @@ def exclusive(lock_path: str, *, busy: str) -> Iterator[None]:
         for directory in made:  # deepest first
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
+
+
+def _take_lock(lock_path: str, *, busy: str, start: str, deadline: float) -> int:
+    """The descriptor of ``lock_path``, open and ``flock``-ed by us (:func:`exclusive`)."""
+    while True:
+        try:  # never through a link: truncating it would empty the file it names
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UserError(f"{start}{lock_path} is a symbolic link; it is this tool's lock "
+                                "file: remove the link") from None
+            raise UserError(f"{start}cannot write in {os.path.dirname(os.path.abspath(lock_path))}"
+                            f" ({exc.strerror}); choose an existing, writable directory") from None
+        if os.fstat(fd).st_nlink > 1:
+            os.close(fd)
+            raise UserError(f"{start}{lock_path} is another name of an existing file (a hard "
+                            "link); it is this tool's lock file: remove that name")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise UserError(busy.replace("{pid}", holder)) from None
+        st = os.fstat(fd)
+        if _identity(lock_path) != (st.st_dev, st.st_ino):
+            os.close(fd)  # the previous holder removed it between our open and flock
+            continue
+        return fd

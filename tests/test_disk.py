@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -9,7 +10,8 @@ import sys
 import pytest
 
 from megatron_endprompt import disk
-from megatron_endprompt.errors import UserError
+from megatron_endprompt.data.prepare.atomic_output import prefix_lock
+from megatron_endprompt.errors import UserError, io_error_line
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
@@ -87,3 +89,49 @@ def test_exclusive_lock_never_opens_through_a_link(tmp_path, link):
         with disk.exclusive(str(lock), busy="busy {pid}"):
             pass
     assert model.read_bytes() == b"weights" * 100
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def guarded_output(path, **kw):
+    from megatron_endprompt.conversion.output import guarded_output  # its package loads torch
+
+    return guarded_output(path, **kw)
+
+
+#: The package's two lock users: a dataset prefix (preprocess, sidecar build, merge) and a
+#: conversion's output directory. Each opens the lock beside what it writes.
+LOCK_USERS = {
+    "prefix": (lambda root: prefix_lock(os.path.join(root, "data", "ep")),
+               lambda root: os.path.join(root, "data", "ep.lock")),
+    "conversion output": (lambda root: guarded_output(os.path.join(root, "data", "hf"), inputs=[],
+                                                      overwrite=False),
+                          lambda root: os.path.join(root, "data", ".hf.lock")),
+}
+
+
+@pytest.mark.parametrize("user", sorted(LOCK_USERS))
+def test_both_lock_users_behave_the_same_on_a_full_disk(tmp_path, monkeypatch, user):
+    """Recording the holder's pid is the lock's only write: on a full disk both users raise
+    the same ``OSError`` naming the lock file (the tools print it as one ``error:`` line), and
+    leave no lock file and no open descriptor behind (the lock is free for the next run)."""
+    lock, path = LOCK_USERS[user]
+    (tmp_path / "data").mkdir()
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    before = _open_fds()
+    with pytest.raises(OSError) as err:
+        with lock(str(tmp_path)):
+            pass
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, path(str(tmp_path)))
+    assert "No space left" in io_error_line(err.value)
+    assert not os.path.lexists(path(str(tmp_path)))
+    assert _open_fds() == before
+    monkeypatch.undo()
+    with lock(str(tmp_path)):  # the next run takes it
+        assert open(path(str(tmp_path))).read().strip() == str(os.getpid())

@@ -23,9 +23,9 @@ arrives last, after its ``.bin``), so they stop at the missing ``.idx`` (Megatro
 ``FileNotFoundError``) instead of reading new offsets into the old ``.bin``. Before the
 commit point they read the complete old pair, after the last rename the complete new one.
 
-The prefix is also *exclusive*: ``PREFIX.lock`` is held with ``fcntl.flock`` for the whole
-run, so a second run writing the same prefix stops at once with one ``error:`` line instead of
-mixing its files with the first run's. Under the lock, temporaries left by dead processes
+The prefix is also *exclusive*: ``PREFIX.lock`` is held for the whole run (the package's one
+file lock, :func:`megatron_endprompt.disk.exclusive`), so a second run writing the same prefix
+stops at once with one ``error:`` line instead of mixing its files with the first run's. Under the lock, temporaries left by dead processes
 (``PREFIX.bin.tmp-PID`` after a ``SIGKILL``) are removed.
 
 Fault injection: with ``MEGATRON_ENDPROMPT_FAULT_COMMIT_STEP=k`` the process ``os._exit``-s
@@ -36,13 +36,9 @@ tests run every ``k`` and check the prefix loads as the old or the new dataset.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import signal
-import time
-from collections.abc import Iterator
 
 from megatron_endprompt import disk
 from megatron_endprompt.disk import fsync_dir, pid_alive
@@ -106,64 +102,14 @@ def check_targets(prefix: str, sidecar: str | None = None, *, flag: str = "--out
                             "a file there; move it away or choose another prefix")
 
 
-@contextlib.contextmanager
 def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
-                wait_s: float = 0.0) -> Iterator[None]:
-    """Hold ``PREFIX.lock`` exclusively (``fcntl.flock``); another holder -> :class:`UserError`
-    (after waiting up to ``wait_s`` seconds). The lock file records the holder's pid and is
-    removed on release (the inode check makes create/unlink races safe)."""
-    path = prefix + LOCK
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:  # never through a link: the lock is truncated, and would take its target along
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UserError(f"{flag} {prefix}: {path} is a symbolic link; it is this tool's "
-                                "lock file: remove the link") from None
-            raise UserError(f"{flag} {prefix}: cannot write in "
-                            f"{os.path.dirname(os.path.abspath(prefix))} ({exc.strerror}); "
-                            "choose an existing, writable directory") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-            os.close(fd)
-            if time.monotonic() < deadline:
-                time.sleep(0.05)
-                continue
-            raise UserError(f"{flag} {prefix}: another run (pid {holder}) is writing this "
-                            "prefix; wait for it to finish or choose another prefix") from None
-        st = os.fstat(fd)
-        try:
-            cur = os.stat(path)
-        except FileNotFoundError:
-            cur = None
-        if cur is None or (cur.st_ino, cur.st_dev) != (st.st_ino, st.st_dev):
-            os.close(fd)  # the previous holder removed it between our open and flock
-            continue
-        if st.st_nlink > 1:  # a hard link of some other file: truncating would destroy it
-            os.close(fd)
-            raise UserError(f"{flag} {prefix}: {path} is another name of an existing file (a "
-                            "hard link); it is this tool's lock file: remove that name")
-        break
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError as exc:  # a full disk: no lock file left behind, and the file named
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        os.close(fd)
-        raise OSError(exc.errno, exc.strerror, path) from None
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        os.close(fd)
+                wait_s: float = 0.0) -> contextlib.AbstractContextManager[None]:
+    """Hold ``PREFIX.lock`` exclusively: :func:`~megatron_endprompt.disk.exclusive` (the
+    package's one lock) with the prefix's messages; another holder -> :class:`UserError` (after
+    waiting up to ``wait_s`` seconds)."""
+    return disk.exclusive(prefix + LOCK, who=f"{flag} {prefix}", wait_s=wait_s,
+                          busy=f"{flag} {prefix}: another run (pid {{pid}}) is writing this "
+                               "prefix; wait for it to finish or choose another prefix")
 
 
 def _journal(prefix: str) -> str:
