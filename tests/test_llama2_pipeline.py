@@ -81,7 +81,7 @@ def trained(llama2_dir, spm_corpus, tmp_path_factory):
 def test_prompt_terminals_under_llama2_tokenizer(trained, llama2_dir):
     from transformers import AutoTokenizer
 
-    from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, EOT_PROMPT
+    from megatron_endprompt.data.prepare.prompts import BUILTIN_PROMPTS, EOT_PROMPT
 
     original = AutoTokenizer.from_pretrained(llama2_dir)
     assert (original.bos_token_id, original.eos_token_id, original.unk_token_id) == (BOS, EOS, 0)

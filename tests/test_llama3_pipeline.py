@@ -45,7 +45,7 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
     from transformers import AutoTokenizer
 
     from megatron_endprompt.cli.convert import main as convert_main
-    from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT
+    from megatron_endprompt.data.prepare.prompts import BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT
     from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
     from megatron_endprompt.evaluation.perplexity import run_doc_perplexity
     from megatron_endprompt.evaluation.runner import greedy_generate, load_model, load_tokenizer

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar.prompts import (BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT,
+from megatron_endprompt.data.prepare.prompts import (BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT,
                                              tokenize_prompts)
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, tokenize_prompts
+from megatron_endprompt.data.prepare.prompts import BUILTIN_PROMPTS, tokenize_prompts
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.layout import LayoutConfig, loss_weights_from_record
 from megatron_endprompt.loss_weights import LossWeights

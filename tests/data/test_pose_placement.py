@@ -195,7 +195,7 @@ def test_preprocessed_pose_is_poses_samples_and_the_benchmarks(run_tool, spm_arg
 def test_et_pose_prompt_samples_build_sidecar_and_inspect(run_tool, spm_args, spm_tokenizer,
                                                           tmp_path):
     from megatron_endprompt.data.sidecar.indexed_io import CorpusReader
-    from megatron_endprompt.data.sidecar.prompts import EP1, tokenize_prompt
+    from megatron_endprompt.data.prepare.prompts import EP1, tokenize_prompt
     from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
     from megatron_endprompt.data.sidecar.spans import sample_reader
 

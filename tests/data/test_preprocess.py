@@ -15,7 +15,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
-from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS, tokenize_prompts
+from megatron_endprompt.data.prepare.prompts import BUILTIN_PROMPTS, tokenize_prompts
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.spans import sample_reader
 from megatron_endprompt.layout import (

@@ -34,7 +34,7 @@ from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.sidecar.indexed_io import IndexReader
 from megatron_endprompt.data.prepare.prefix_guard import check_sidecar_target
 from megatron_endprompt.data.prepare.progress import Progress
-from megatron_endprompt.data.sidecar.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
+from megatron_endprompt.data.prepare.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
 from megatron_endprompt.data.prepare.samples import SampleMaker
 from megatron_endprompt.data.sidecar.sidecar import (
     SidecarHeader,

@@ -30,7 +30,7 @@ from megatron_endprompt.data.prepare.prefix_guard import (check_inputs_not_writt
                                                          check_other_sidecars,
                                                          check_sidecar_target, run_id)
 from megatron_endprompt.data.prepare.progress import Progress
-from megatron_endprompt.data.sidecar.prompts import load_prompts, tokenize_prompts
+from megatron_endprompt.data.prepare.prompts import load_prompts, tokenize_prompts
 from megatron_endprompt.data.tokenize.read_input import expand_inputs, input_range, read_lines
 from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name, open_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from megatron_endprompt.data.sidecar.prompts import BUILTIN_PROMPTS
+from megatron_endprompt.data.prepare.prompts import BUILTIN_PROMPTS
 from megatron_endprompt.disk import atomic_path
 
 _SUBJECTS = ["the river", "a merchant", "the old king", "my sister", "the north wind",
