@@ -197,8 +197,8 @@ def check_apart(output: str, inputs: list[tuple[str, str]], *, flag: str = "--ou
 
 
 @contextlib.contextmanager
-def exclusive(lock_path: str, *, busy: str, who: str = "",
-              wait_s: float = 0.0) -> Iterator[None]:
+def exclusive(lock_path: str, *, busy: str, who: str = "", wait_s: float = 0.0,
+              make_parents: bool = True) -> Iterator[None]:
     """Hold ``lock_path`` with ``fcntl.flock`` for the duration: the package's one file lock
     (a dataset prefix's ``PREFIX.lock``, a conversion output's ``.OUT.lock``).
 
@@ -208,19 +208,21 @@ def exclusive(lock_path: str, *, busy: str, who: str = "",
     would empty the file it names) or a directory that takes no new file. The file records our
     pid and is removed on release (the inode check makes a create/unlink race with a releasing
     holder safe). On a full disk (recording the pid fails) the lock file is removed and the
-    ``OSError`` names it. Directories created to hold the lock are removed again if they stay
-    empty."""
+    ``OSError`` names it. ``make_parents``: create the lock's missing directories (removed again
+    if they stay empty); else a missing directory is refused like an unwritable one (a dataset
+    prefix must name an existing directory)."""
     start = f"{who}: " if who else ""
     parent = os.path.dirname(os.path.abspath(lock_path))
     made = []
     probe = parent
-    while not os.path.exists(probe):
+    while make_parents and not os.path.exists(probe):
         made.append(probe)
         probe = os.path.dirname(probe)
     deadline = time.monotonic() + wait_s
     try:
         try:
-            os.makedirs(parent, exist_ok=True)
+            if make_parents:
+                os.makedirs(parent, exist_ok=True)
         except OSError as exc:
             raise UserError(f"{start}cannot create {parent} ({exc.strerror}); choose an "
                             "existing, writable directory") from None

@@ -108,6 +108,7 @@ def prefix_lock(prefix: str, *, flag: str = "--output-prefix",
     package's one lock) with the prefix's messages; another holder -> :class:`UserError` (after
     waiting up to ``wait_s`` seconds)."""
     return disk.exclusive(prefix + LOCK, who=f"{flag} {prefix}", wait_s=wait_s,
+                          make_parents=False,
                           busy=f"{flag} {prefix}: another run (pid {{pid}}) is writing this "
                                "prefix; wait for it to finish or choose another prefix")
 
