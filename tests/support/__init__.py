@@ -7,5 +7,6 @@ import run_torchrun``):
 * ``torchrun``: start a worker script on N local ranks;
 * ``sidecar_edit``: rewrite a sidecar header with a valid checksum (a buggy writer's output).
 * ``megatron_preprocess``: the ``.bin/.idx`` Megatron-LM's ``preprocess_data.py`` writes.
+* ``bad_input``: the data bad-input tests' corpora, snapshots and one-error-line check.
 
 Fixtures stay in the ``conftest.py`` files; this package holds plain functions and constants."""

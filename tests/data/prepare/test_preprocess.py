@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ from megatron_endprompt.layout import (
 from megatron_endprompt.loss_weights import LossWeights
 
 P, L, B = 64, 512, 8  # as in tests/conftest.py (spm_args)
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = str(pathlib.Path(__file__).resolve().parents[3])  # the repository root
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -393,7 +394,7 @@ def test_inspect_text_output(run_tool, pose_prefix):
 @pytest.mark.process
 def test_inspect_tool_subprocess_succeeds(pose_prefix):
     """The real script (a fresh interpreter, as a user runs it): exit 0, JSON on stdout, no
-    traceback. (tests/data/test_bad_input.py runs tools/preprocess_endprompt.py failing.)"""
+    traceback. (tests/data/prepare/test_bad_input.py runs tools/preprocess_endprompt.py failing.)"""
     ins = subprocess.run([sys.executable, os.path.join(REPO, "tools", "inspect_endprompt.py"),
                           pose_prefix, "--index", "2", "--json"],
                          capture_output=True, text=True, timeout=120)

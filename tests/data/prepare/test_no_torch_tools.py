@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.tokenize import tokenizer as tokenizer_mod
 from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(pathlib.Path(__file__).resolve().parents[3])  # the repository root
 _PROBE = """
 import sys, runpy
 sys.argv = {argv!r}

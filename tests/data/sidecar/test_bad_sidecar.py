@@ -16,7 +16,7 @@ from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
 
 # tests/data is on sys.path under pytest (rootdir-relative test modules)
-from bad_input_helpers import _assert_one_error_line, _copy_good, _jsonl
+from tests.support.bad_input import _assert_one_error_line, _copy_good, _jsonl
 
 
 # -- inspect: missing / stale / truncated sidecars -----------------------------------------

@@ -144,7 +144,7 @@ def test_a_header_off_the_pose_layout_is_refused(over, needle):
 @pytest.mark.parametrize("tool", ["preprocess", "build_sidecar"])
 def test_bad_flag_combinations_fail_in_one_line(tool, flags, needles, run_tool, spm_args,
                                                 tmp_path):
-    from bad_input_helpers import _assert_one_error_line, _outputs
+    from tests.support.bad_input import _assert_one_error_line, _outputs
 
     prefix = tmp_path / "p"
     if tool == "preprocess":

@@ -1,6 +1,6 @@
 """Every bad input of the data path: one line ``error: ...`` naming the file/flag, exit code 2,
 no partial output (no ``PREFIX.*``, no temporaries), and an existing good output left intact.
-Also interrupted runs. (Sidecars refused by inspect: test_bad_sidecar.py.)"""
+Also interrupted runs. (Sidecars refused by inspect: tests/data/sidecar/test_bad_sidecar.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from megatron_endprompt.cli import preprocess as preprocess_cli
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 
 # tests/data is on sys.path under pytest (rootdir-relative test modules)
-from bad_input_helpers import (
+from tests.support.bad_input import (
     GOOD, REPO, SUFFIXES, B, P, _assert_one_error_line, _copy_good, _drop_flag, _jsonl,
     _null_args, _outputs, _snapshot,
 )

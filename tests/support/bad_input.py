@@ -1,4 +1,5 @@
-"""Shared helpers of the bad-input tests (test_bad_input.py, test_bad_sidecar.py)."""
+"""Shared helpers of the data bad-input tests (``tests/data/prepare/test_bad_input.py``,
+``tests/data/sidecar/test_bad_sidecar.py``, ``tests/data/prepare/test_pose_placement.py``)."""
 
 from __future__ import annotations
 
