@@ -194,7 +194,7 @@ def test_training_flags_checked_against_sidecar(tok, data, tmp_path):
 
 
 def test_prefix_without_sidecar_is_refused_unless_listed_as_replay(tok, data, tmp_path):
-    """Issue 10: no dataset becomes replay by accident."""
+    """No dataset becomes replay by accident: a prefix without a sidecar must be listed."""
     with pytest.raises(UserError) as info:
         _build(_config(tok, ([data["ep"], data["plain"]], [0.5, 0.5]), tmp_path / "c"))
     msg = str(info.value)
@@ -213,7 +213,7 @@ def test_prefix_without_sidecar_is_refused_unless_listed_as_replay(tok, data, tm
 
 
 def test_named_sidecars_side_by_side(tok, data, tmp_path):
-    """Issue 10: PREFIX.NAME.endprompt picked by endprompt_sidecar_name; part of the cache key."""
+    """PREFIX.NAME.endprompt picked by endprompt_sidecar_name; part of the cache key."""
     import shutil
 
     prefix = str(tmp_path / "ep")
@@ -235,7 +235,7 @@ def test_named_sidecars_side_by_side(tok, data, tmp_path):
 
 
 def test_tokenizer_mismatch_is_refused_naming_both(data, tmp_path):
-    """Issue 9: data made with another tokenizer must not train."""
+    """Data made with another tokenizer must not train (its ids mean other tokens)."""
     other = build_tokenizer(TokenizerSpec(tokenizer_type="NullTokenizer", vocab_size=VOCAB + 12))
     with pytest.raises(UserError) as info:
         _build(_config(other, ([data["ep"]], [1.0]), tmp_path / "c"))
@@ -245,8 +245,8 @@ def test_tokenizer_mismatch_is_refused_naming_both(data, tmp_path):
 
 
 def test_replay_prefix_rewritten_is_not_served_a_stale_index(tok, tmp_path):
-    """Issue 9: Megatron's cache key ignores file contents (50 -> 480 documents reused the
-    50-document index)."""
+    """Megatron's cache key ignores file contents: a replay prefix rewritten from 50 to 480
+    documents reused the 50-document index."""
     prefix = str(tmp_path / "replay")
 
     def write(n_docs):

@@ -1,4 +1,4 @@
-"""Preprocessing and the dataset under the Llama-3-like HF tokenizer (issue 8, defects 2-3).
+"""Preprocessing and the dataset under the Llama-3-like HF tokenizer (its BOS inside terminals).
 
 Megatron's ``HuggingFaceTokenizer`` puts ``<|begin_of_text|>`` before every tokenized string.
 That is right for a document and wrong for a terminal prompt spliced into a sample."""
@@ -120,7 +120,8 @@ def test_eod_mask_loss_keeps_prompt_terminal_weights(run_tool, llama3_args, llam
                                                       tmp_path):
     """Defect 3: with --eod-mask-loss, the terminal predictions keep the terminal weight (the
     one of EP2 is made from the context's last token, often EOD); EOD inputs in the context are
-    still masked; the prediction after the last prompt token has weight 0 (issue 24)."""
+    still masked; the prediction after the last prompt token has weight 0 (the paper's
+    objective)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )

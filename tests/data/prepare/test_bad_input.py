@@ -317,7 +317,7 @@ def test_interrupt_while_renaming_keeps_a_complete_set(at_rename, run_tool, spm_
                                                        good_output, tmp_path, monkeypatch):
     """Interrupted at any rename of the commit (journal, .endprompt, .idx, .bin): the prefix is
     the complete old dataset (before the journal) or the complete new one (after it), never a
-    mix and never nothing (issue 9 item 6; the old scheme deleted the old .bin first)."""
+    mix and never nothing (an earlier scheme deleted the old .bin first and lost it)."""
     prefix = _copy_good(good_output, tmp_path)
     before = _snapshot(prefix)
     lines = Path(spm_corpus.path).read_text(encoding="utf-8").splitlines()

@@ -1,5 +1,5 @@
-"""Sidecars for an existing Megatron corpus (issue 10 item 1): built from the .idx, the
-.bin/.idx untouched, samples composed at read time equal to cutting the tokens directly."""
+"""Sidecars for an existing Megatron corpus (tokenized once, never rewritten): built from the .idx,
+the .bin/.idx untouched, samples composed at read time equal to cutting the tokens directly."""
 
 from __future__ import annotations
 

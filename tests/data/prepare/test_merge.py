@@ -1,5 +1,6 @@
-"""Sharded preprocessing and merging (issue 10 item 4): shards merged equal one run's tokens,
-valid layouts, random draws that differ between shards; mismatched shards refused."""
+"""Sharded preprocessing and merging (one process per machine, then one prefix): shards merged equal
+one run's tokens, valid layouts, random draws that differ between shards; mismatched shards
+refused."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The data tools that only read or write the corpus start without torch/Megatron-Core
-(issue 26): the sidecar tool on an existing corpus and ``inspect`` (text via ``tokenizers``
-alone when the recorded tokenizer.json still has the recorded vocabulary), and preprocessing
-once a tokenizer verdict is cached."""
+"""The data tools that only read or write the corpus start without torch/Megatron-Core (their
+start-up was mostly torch's import): the sidecar tool on an existing corpus and ``inspect`` (text
+via ``tokenizers`` alone when the recorded tokenizer.json still has the recorded vocabulary), and
+preprocessing once a tokenizer verdict is cached."""
 
 from __future__ import annotations
 

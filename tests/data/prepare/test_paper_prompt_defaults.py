@@ -1,7 +1,7 @@
-"""Prompt-terminal defaults as in the EndPrompt paper (issue 24, item 6): EP2 is ``<|eot_id|>``
-where the tokenizer has it, the default set is EP1 alone (the EP1-EP3 mixture by name), prompt
-terminals default to a small ``w`` (0.1; the paper gives no value), and no prediction follows the
-last prompt token. Under the Llama-3-like HF tokenizer and under SentencePiece."""
+"""Prompt-terminal defaults as in the EndPrompt paper (what its results were trained with): EP2 is
+``<|eot_id|>`` where the tokenizer has it, the default set is EP1 alone (the EP1-EP3 mixture by
+name), prompt terminals default to a small ``w`` (0.1; the paper gives no value), and no prediction
+follows the last prompt token. Under the Llama-3-like HF tokenizer and under SentencePiece."""
 
 from __future__ import annotations
 

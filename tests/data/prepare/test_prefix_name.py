@@ -1,6 +1,6 @@
 """Megatron's ``PREFIX_text_document`` naming is accepted where a user passes a prefix (the
 sidecar tool, the training start-up; the launch script in tests/examples/test_launch_checks.py),
-with one line saying which files are used (issue 22 item 7)."""
+with one line saying which files are used (a user should not have to rename Megatron's files)."""
 
 from __future__ import annotations
 

@@ -185,8 +185,9 @@ def test_document_tail(run_tool, spm_args, spm_corpus, spm_tokenizer, tmp_path, 
 
 
 def test_document_tail_never_mixes_documents(spm_tokenizer):
-    """Issue 8 defect 6: a jumped (EndPrompt) sample takes context and tail from ONE document;
-    short documents give contiguous samples. Documents are marked by their token values."""
+    """A jumped (EndPrompt) sample takes context and tail from ONE document (never two texts
+    glued at the jump); short documents give contiguous samples. Documents are marked by their
+    token values."""
     from megatron_endprompt.data.prepare.samples import SampleMaker
     from megatron_endprompt.layout import LayoutConfig
 

@@ -1,5 +1,5 @@
-"""Progress under a batch system (issue 22 item 4): plain periodic lines when stderr is a file,
-rates counted from when the work began, an ETA from the bytes done."""
+"""Progress under a batch system (a job log, not a terminal): plain periodic lines when stderr is a
+file, rates counted from when the work began, an ETA from the bytes done."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The text summaries of preprocessing and of the sidecar tool show the layout coverage (share
-of samples with a position jump, share of tokens used), not only ``--summary-json`` (issue 22
-item 5); the figures are the JSON summary's counts."""
+of samples with a position jump, share of tokens used), not only ``--summary-json`` (the
+lines a user reads); the figures are the JSON summary's counts."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 number tokenizes the same wherever it stands (stated, recalled, before a period), and the HF
 export (:func:`~megatron_endprompt.conversion.tokenizer.sentencepiece_to_hf`) gives the same ids.
 
-Issue 13: without it the mini-replication's base merged a key's last digits with the period
+Why: without it the mini-replication's base merged a key's last digits with the period
 (``"45."``), so the recall "12345." was not a token copy of "12345 is" and retrieval suffered."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 10's corpus sidecars on sidecar v2 (merge of ``corpus`` into main): the ``sources``
-spans are covered by the whole-header CRC, validated on read and checked by the full
+"""Corpus sidecars (over an existing Megatron corpus) on sidecar v2 (merge of ``corpus`` into main):
+the ``sources`` spans are covered by the whole-header CRC, validated on read and checked by the full
 verification the trust cache runs; the tokenizer identity is recorded only when a tokenizer is
 given; the standalone build holds the prefix lock; ``document-tail`` keeps main's same-document
 semantics (short documents give contiguous records, which verification accepts)."""

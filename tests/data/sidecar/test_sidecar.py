@@ -134,7 +134,7 @@ HEADER_FIELDS = ["layout", "seq_length", "target_length", "placement", "pose_chu
 
 @pytest.mark.parametrize("field", HEADER_FIELDS)
 def test_flipped_bit_in_each_header_field_is_refused(good, field):
-    """Issue 9: one flipped bit turned w=1.0 into 9.0 and training accepted it."""
+    """One flipped bit turned w=1.0 into 9.0 and training accepted it: every field is checked."""
     path = sidecar_path(good)
     blob, start, end = _header_span(path)
     key = f'"{field}": '.encode()
@@ -253,7 +253,7 @@ def test_stale_data_is_refused_naming_both_files(good):
 
 
 def test_preprocess_and_inspect_named_sidecar(spm_args, run_tool, tmp_path):
-    """Issue 10: --name writes PREFIX.NAME.endprompt (the default name is left alone)."""
+    """--name writes PREFIX.NAME.endprompt (the default name is left alone)."""
     from megatron_endprompt.cli import inspect as inspect_cli
     from megatron_endprompt.cli import preprocess as preprocess_cli
 

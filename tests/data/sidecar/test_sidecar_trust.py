@@ -1,5 +1,6 @@
-"""Verify once, then trust a cheap key (issue 15): full verification once per file identity,
-cached atomically in the data cache directory; a tampered ``.idx`` is still refused."""
+"""Verify once, then trust a cheap key (every rank re-verifying the corpus was the start-up
+cost): full verification once per file identity, cached atomically in the data cache directory;
+a tampered ``.idx`` is still refused."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Spans sidecars at corpus scale (issue 15): readers never unpack ``sources`` (per-rank memory
-O(samples read)), the split's sample list and the full verification stream over blocks of
-samples, a later start (every rank but the builder, every restart) touches no per-sample table,
-and a tampered ``.idx`` is refused for a spans sidecar too. Samples are pinned against the
-full unpack the readers used before (``_old_*`` below, kept here as the reference)."""
+"""Spans sidecars at corpus scale (start-up per rank near stock Megatron's): readers never unpack
+``sources`` (per-rank memory O(samples read)), the split's sample list and the full verification
+stream over blocks of samples, a later start (every rank but the builder, every restart) touches no
+per-sample table, and a tampered ``.idx`` is refused for a spans sidecar too. Samples are pinned
+against the full unpack the readers used before (``_old_*`` below, kept here as the reference)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ P, L, B, EOD = 32, 256, 8, 999
 PROMPTS = [[11, 12, 13], [EOD], [7, 8, 9, 10, 11]]
 
 
-# -- the pre-issue-15 full unpack: the reference ----------------------------------------------
+# -- the full unpack the readers did before streaming: the reference ---------------------------
 def _old_unpack(sources, n, layout, seq):
     sources = np.asarray(sources, dtype=np.int64)
     if layout == "windows":
@@ -352,7 +352,7 @@ def test_good_sources_pass_chunked_verification(tmp_path, small_blocks):
 
 def test_tampered_idx_refused_for_spans_sidecar(corpus, run_tool, tmp_path):
     """Same size, different bytes, new mtime: the cached verdict no longer applies and the
-    full verification refuses the spans sidecar (issue 15's 'done means', spans kind)."""
+    full verification refuses the spans sidecar (a cheap key must never trust changed bytes)."""
     import shutil
 
     prefix = str(tmp_path / "m")

@@ -1,4 +1,4 @@
-"""Start-up overlap of the Rust path (issue 10 item 5): documents tokenized from
+"""Start-up overlap of the Rust path (tokenizing while Megatron imports): documents tokenized from
 ``tokenizer.json`` while Megatron imports are kept only when that file is exactly Megatron's
 tokenizer; the output never differs from Megatron's per-document ids."""
 

@@ -1,4 +1,4 @@
-"""The Rust batch tokenizer path (issue 10 items 5, 6): same ids as Megatron's
+"""The Rust batch tokenizer path (HF ``tokenizers``, batched across threads): same ids as Megatron's
 HuggingFaceTokenizer, long documents chunked with bounded memory, Megatron flag parity."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def _gpt2_pair(texts, out_dir) -> tuple[str, str]:
 
 def test_gpt2_vocab_and_merges_wrapped_as_hf_in_one_line(spm_args, spm_corpus, run_tool,
                                                          tmp_path):
-    """Issue 22 item 7: GPT-2's vocab.json/merges.txt, given as GPT2BPETokenizer files or as an
+    """GPT-2's vocab.json/merges.txt, given as GPT2BPETokenizer files or as an
     HF directory holding only them, are wrapped as an HF tokenizer beside the output (one
     line names it); both give the same bytes, EOD is <|endoftext|>."""
     import json

@@ -1,5 +1,5 @@
-"""Partitions of the inputs (issue 10 item 4): every line read exactly once, in order, with its
-true line number, whatever the number of partitions and wherever the cuts fall."""
+"""Partitions of the inputs (one per machine of a sharded run): every line read exactly once, in
+order, with its true line number, whatever the number of partitions and wherever the cuts fall."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Tokenizer identity recorded in sidecars (issue 9): same vocabulary -> same identity, any
-other vocabulary (even of the same size) -> a different one. Built with Megatron's builder, as
-preprocessing and training do."""
+"""Tokenizer identity recorded in sidecars (data made with another tokenizer must not train):
+same vocabulary -> same identity, any other vocabulary (even of the same size) -> a different
+one. Built with Megatron's builder, as preprocessing and training do."""
 
 from __future__ import annotations
 

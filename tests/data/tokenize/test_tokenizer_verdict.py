@@ -1,7 +1,8 @@
 """The cached verdict that ``tokenizer.json`` read by ``tokenizers`` alone is Megatron's
-``HuggingFaceTokenizer`` (issue 26): the identity from ``tokenizers`` equals Megatron's, a
-cold run writes the verdict, a warm run uses it with the same bytes and says so, and any change
-of the files, the library versions or a disagreement means Megatron's tokenizer again."""
+``HuggingFaceTokenizer`` (so preprocessing can skip Megatron's import): the identity from
+``tokenizers`` equals Megatron's, a cold run writes the verdict, a warm run uses it with the same
+bytes and says so, and any change of the files, the library versions or a disagreement means
+Megatron's tokenizer again."""
 
 from __future__ import annotations
 
