@@ -1,4 +1,5 @@
-"""The one checkpoint-directory resolver (issue 28) used by training start-up and conversion."""
+"""The one checkpoint-directory resolver, used by training start-up and conversion (two had
+drifted apart)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Llama-2 with its SentencePiece tokenizer in Hugging Face form, end to end (issue 25 item 4):
-preprocess with prompt terminals -> Megatron's ``pretrain`` (a tiny MHA Llama-2-shaped model,
-one CPU launch) -> ``megatron-to-hf`` -> ``transformers`` loads it and generates.
+"""Llama-2 with its SentencePiece tokenizer in Hugging Face form, end to end: preprocess with prompt
+terminals -> Megatron's ``pretrain`` (a tiny MHA Llama-2-shaped model, one CPU launch) ->
+``megatron-to-hf`` -> ``transformers`` loads it and generates.
 
 The tokenizer is :func:`~megatron_endprompt.data.prepare.synthetic.build_llama2_like_tokenizer`: a
 SentencePiece BPE trained with Llama-2's settings and wrapped by transformers' own converter

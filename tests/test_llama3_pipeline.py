@@ -1,8 +1,7 @@
-"""The production tokenizer end to end (issue 8): a Llama-3-like HF tokenizer through
-preprocess (every terminal source, the built-in prompts) -> EndPromptGPTDataset -> Megatron's
-``pretrain`` (one tiny CPU launch, a blend of the three prefixes, ``--eod-mask-loss``) ->
-``megatron-to-hf`` export -> ``transformers`` -> greedy answers to a few prompts and a
-perplexity.
+"""The production tokenizer end to end (toy tokenizers hid its BOS and EOT): a Llama-3-like HF
+tokenizer through preprocess (every terminal source, the built-in prompts) -> EndPromptGPTDataset ->
+Megatron's ``pretrain`` (one tiny CPU launch, a blend of the three prefixes, ``--eod-mask-loss``) ->
+``megatron-to-hf`` export -> ``transformers`` -> greedy answers to a few prompts and a perplexity.
 
 Asserted: no BOS inside any terminal (a BOS only ever starts a document), EP2 is the
 tokenizer's end token ``<|end_of_text|>``, the exported tokenizer gives the same ids as the

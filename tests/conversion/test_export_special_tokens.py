@@ -1,5 +1,5 @@
-"""A *trained* checkpoint hands off with the tokenizer's BOS/EOS (issue 22 item 1) and a
-GPT-2-style tokenizer generates from ``model.generate(**tok(text))`` (item 2).
+"""A *trained* checkpoint hands off with the tokenizer's BOS/EOS and a GPT-2-style tokenizer
+generates from ``model.generate(**tok(text))``.
 
 Before the fix, a checkpoint saved by ``pretrain`` had lost the source HF config, and the export
 wrote ``LlamaConfig``'s defaults ``bos_token_id: 1, eos_token_id: 2`` into ``config.json`` and

@@ -1,11 +1,11 @@
-"""A requested stop of examples/pretrain_llama3_endprompt.sh ends cleanly (issue 22 item 3): the
-script's real path, real torchrun (2 ranks, gloo) and Megatron's own exit-signal handler class
+"""A requested stop of examples/pretrain_llama3_endprompt.sh ends cleanly (a cluster's preemption):
+the script's real path, real torchrun (2 ranks, gloo) and Megatron's own exit-signal handler class
 (tests/examples/stop_worker.py stands in for the model: a PATH shim runs the script's torchrun
-command with the worker instead of ``-m megatron_endprompt.training.pretrain``). On EXIT_SIGNAL
--- SIGUSR1 as the sbatch sets, sent to the script or, as SLURM does, to its process group, and
-the default SIGTERM -- every rank "saves", the script exits 0, and there is no torchrun
-traceback. Before the fix torchrun handled the signal itself: it forwarded it, waited, then
-raised ``SignalException``: a traceback and exit 1 after a clean save."""
+command with the worker instead of ``-m megatron_endprompt.training.pretrain``). On EXIT_SIGNAL --
+SIGUSR1 as the sbatch sets, sent to the script or, as SLURM does, to its process group, and the
+default SIGTERM -- every rank "saves", the script exits 0, and there is no torchrun traceback.
+Before the fix torchrun handled the signal itself: it forwarded it, waited, then raised
+``SignalException``: a traceback and exit 1 after a clean save."""
 
 from __future__ import annotations
 

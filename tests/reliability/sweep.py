@@ -55,7 +55,7 @@ class Case:
     transient: tuple[str, ...] = ()
     """Names in ``d`` a case creates as part of its fault (ignored by the snapshot)."""
     item: str = ""
-    """The issue-9 item the case covers."""
+    """The reliability checklist item the case covers (its number in the sweep report)."""
     extra: dict = field(default_factory=dict)
 
 

@@ -1,4 +1,4 @@
-"""The sweep's table: bad inputs and faults for every tool (issue 9), as a new user meets them.
+"""The sweep's table: bad inputs and faults for every tool, as a new user meets them.
 
 Every preprocessing case writes over a copy of a good dataset in its own directory, every
 conversion case next to (or over) a previous export: the harness checks those stay

@@ -1,7 +1,7 @@
-"""The sweep's table, part 3 (issue 27): merges that must know their shard set, writes that must
+"""The sweep's table, part 3: merges that must know their shard set, writes that must
 not overwrite an input or another prefix's sidecar, and vocabularies that must not mix.
 
-Every case here exited 0 on the code before issue 27 (a wrong success or data loss); each must
+Every case here once exited 0 (a wrong success or data loss); each must
 now be one ``error:`` line naming the flag, leaving its directory byte-identical."""
 
 from __future__ import annotations

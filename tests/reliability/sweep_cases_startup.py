@@ -1,7 +1,7 @@
-"""The sweep's table, part 4 (issue 27, second round): the index cache after a prefix is
-re-preprocessed, a split that gets no sample, Megatron's own reader after a commit killed
-between its renames, and the launcher/planner/evaluator start-up checks (run through their
-entry points, so the sweep report counts them)."""
+"""The sweep's table, part 4: the index cache after a prefix is re-preprocessed, a split that gets
+no sample, Megatron's own reader after a commit killed between its renames, and the
+launcher/planner/evaluator start-up checks (run through their entry points, so the sweep report
+counts them)."""
 
 from __future__ import annotations
 
@@ -241,8 +241,8 @@ def _pp_hf_workers2(fx, d):
 
 def _pp_sigterm_cases() -> list[Case]:
     """SIGTERM to the main pid only (the driver signals itself) at two points of the run:
-    while documents are encoded and while samples are made (issue 27: temporaries were left
-    in half the trials with --workers 2)."""
+    while documents are encoded and while samples are made (temporaries were left in half the
+    trials with --workers 2)."""
     from sweep_cases_more import sigterm_subprocess
 
     return [Case(f"pp_sigterm_main_pid_hf_workers2_{where}", "preprocess", _pp_hf_workers2,

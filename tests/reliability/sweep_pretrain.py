@@ -116,7 +116,7 @@ CASES = [
          needle="pi-factor"),
     Case("pt_target_length_int32", "pretrain", pt("--endprompt-target-length", "3000000000"),
          item="11", needle="target-length"),
-    # issue 27: start-up checks that ended in a traceback or trained silently
+    # start-up checks that once ended in a traceback or trained silently
     Case("pt_replay_prefix_trailing_slash", "pretrain",
          lambda fx, d: base(fx, d, "--endprompt-replay-prefixes", fx.null2 + "/",
                             data=["--data-path", "1", fx.null, "1", fx.null2]),

@@ -1,4 +1,4 @@
-"""Item 10 of issue 9: children of a training rank (Megatron's checkpoint writers) exit when
+"""Children of a training rank (Megatron's checkpoint writers) exit when
 the rank is killed, instead of living on re-parented to init."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Items 6-8 of issue 9: a kill at every step of the commit leaves the old or the new dataset;
+"""A kill at every step of the commit leaves the old or the new dataset;
 the prefix lock stops a second writer; stale temporaries of dead processes are removed.
 
 The kill is real: a forked child runs the commit with ``MEGATRON_ENDPROMPT_FAULT_COMMIT_STEP=k``

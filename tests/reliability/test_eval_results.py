@@ -1,4 +1,4 @@
-"""Item 9 of issue 9: evaluation results survive — written as each task/length finishes, NaN
+"""Evaluation results survive — written as each task/length finishes, NaN
 as ``null`` with a warning, and an unwritable ``--output`` refused before the model loads."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 9's sweep as tests: every case of ``sweep_cases`` (>= 60 bad inputs and faults over
+"""The reliability sweep as tests: every case of ``sweep_cases`` (>= 60 bad inputs and faults over
 preprocess, inspect, convert, eval and the pretrain entry's start-up) must give the expected
 exit code, exactly one ``error:`` line, no traceback, no partial output and leave the previous
 dataset/checkpoint/export byte-identical (see ``sweep.py`` for the exact outcome flags).

@@ -278,7 +278,7 @@ def test_ledger_accepts_any_reviewed_release_fingerprint() -> None:
 
 @pytest.mark.process
 def test_uninstall_removes_the_trainer_settings_and_the_import_filters() -> None:
-    """Issue 28: the child reaper (``multiprocessing``'s ``BaseProcess.start``), the CUDA
+    """The child reaper (``multiprocessing``'s ``BaseProcess.start``), the CUDA
     launch-queue variable and the import-noise warning filters were set outside
     ``install()``'s ledger (by the pretrain entry, ``compat``, ``cli/convert``), so
     ``uninstall()`` left them in place."""

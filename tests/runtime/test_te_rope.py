@@ -1,7 +1,7 @@
 """The RoPE router (:mod:`megatron_endprompt.runtime.rope`) against the real Transformer Engine
-(``pytest -m te``; issue 25 item 6). Collected everywhere, run wherever
-``transformer_engine.pytorch`` imports (with or without CUDA), skipped with the import error
-otherwise (``tests/conftest.py``).
+(``pytest -m te``: the real library's shape checks, not a stand-in). Collected everywhere, run
+wherever ``transformer_engine.pytorch`` imports (with or without CUDA), skipped with the import
+error otherwise (``tests/conftest.py``).
 
 Checked with TE's own functions: TE's unfused RoPE equals Megatron's for shared ``[S,1,1,D]`` and
 per-row ``[S,B,1,D]`` freqs; Megatron's call matches the installed TE's signature; without the

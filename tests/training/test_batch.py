@@ -1,4 +1,4 @@
-"""``get_batch`` takes the terminal from the dataset (issue 8, defect 7), single rank."""
+"""``get_batch`` takes the terminal from the dataset (not from a rule of its own), single rank."""
 
 from __future__ import annotations
 

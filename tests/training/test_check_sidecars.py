@@ -1,5 +1,6 @@
 """The pretrain start-up check (``check_sidecars``) on Megatron's own argument namespace:
-tokenizer identity, named sidecars, explicit replay, verification once (issues 9, 10, 15)."""
+tokenizer identity, named sidecars, explicit replay, verification once (each a way training
+once read the wrong data)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Megatron features that cannot carry EndPrompt's positions are refused by ``check_startup`` in
-one line naming the flag (issue 25): the combined-1F1B schedule of
+one line naming the flag (not a traceback at the first step): the combined-1F1B schedule of
 ``--overlap-moe-expert-parallel-comm`` and CUDA graphs compute or freeze RoPE outside the model's
 forward (they raised a ``RuntimeError`` at the first step), and multi-token prediction with
 ``--hybrid-layer-pattern`` raised a ``ValueError`` traceback inside the model provider.

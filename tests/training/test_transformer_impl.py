@@ -1,7 +1,7 @@
-"""``--transformer-impl transformer_engine`` on a machine without CUDA is refused in one line
-before Megatron starts (issue 25 item 6), whether Transformer Engine is installed or not: TE's
-modules cannot be built on a CPU (installed, a traceback from inside the model build; absent,
-one from Megatron's TE layer spec)."""
+"""``--transformer-impl transformer_engine`` on a machine without CUDA is refused in one line before
+Megatron starts (not a traceback from the model build), whether Transformer Engine is installed or
+not: TE's modules cannot be built on a CPU (installed, a traceback from inside the model build;
+absent, one from Megatron's TE layer spec)."""
 
 from __future__ import annotations
 
