@@ -37,12 +37,12 @@ characters) and repeated ``--repeat`` times:
 
 3. Sidecar bytes / ``.bin`` bytes of our prefix.
 
-Ours runs twice per trial (issue 26): on the HF ``tokenizers`` path (``--tokenizer-backend
+Ours runs twice per trial: on the HF ``tokenizers`` path (``--tokenizer-backend
 hf``) and on the tiktoken path (byte-level BPE); with an HF tokenizer the bare tiktoken
 ``encode_batch`` is timed next to the ceiling. ``--tokenizer gpt2|llama3`` picks the
 GPT-2-style or the Llama-3-like tokenizer (:mod:`megatron_endprompt.data.prepare.synthetic`).
 
-Targets (issue 26): preprocessing >= 5x Megatron-LM's ``preprocess_data.py``; (issue 2)
+Targets: preprocessing >= 5x Megatron-LM's ``preprocess_data.py`` (the tiktoken path's goal);
 dataset >= 0.9x ``GPTDataset``, sidecar <= 0.1% of ``.bin``. Prints a table and writes
 ``--out`` (JSON).
 

@@ -1,4 +1,4 @@
-"""Start-up cost per rank at corpus scale (issue 15): ``EndPromptGPTDataset`` vs stock
+"""Start-up cost per rank at corpus scale: ``EndPromptGPTDataset`` vs stock
 ``GPTDataset`` on the same prefix, first start and later start.
 
 The corpus is synthetic and its tokens are never written: ``PREFIX.bin`` is a sparse file of the

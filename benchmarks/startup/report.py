@@ -71,10 +71,11 @@ def report(paths: list[str], before: list[str] | None = None) -> str:
 
 
 def _targets(runs: list[dict]) -> list[str]:
-    """Issue 15's targets per size and sidecar, as ratios where <= 1.00 meets the target:
-    first start <= 2x stock + one cold sequential read of the ``.idx`` (wall and CPU);
-    later start <= 1.1x stock (wall, bytes read); peak RSS <= 1.1x stock (both starts)."""
-    rows = ["Targets (issue 15; each cell is measured / allowed, <= 1.00 meets it):", "",
+    """The start-up targets (near stock Megatron's per rank) per size and sidecar, as ratios
+    where <= 1.00 meets the target: first start <= 2x stock + one cold sequential read of the
+    ``.idx`` (wall and CPU); later start <= 1.1x stock (wall, bytes read); peak RSS <= 1.1x stock
+    (both starts)."""
+    rows = ["Targets (each cell is measured / allowed, <= 1.00 meets it):", "",
             "| documents | dataset | first: wall / (2 x stock + .idx read) | first: CPU / "
             "(2 x stock + .idx read) | later: wall / 1.1x stock | later: read_bytes / 1.1x "
             "stock | peak RSS first / 1.1x stock | peak RSS later / 1.1x stock |",
