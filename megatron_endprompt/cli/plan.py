@@ -114,17 +114,24 @@ def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
 def _script_defaults(args: argparse.Namespace) -> int:
     """Fill unset flags from the launch script; returns its GPUS_PER_NODE."""
     d = script_defaults(args.launch_script)
-    try:
-        if args.seq_length is None:
-            args.seq_length = int(d["SEQ_LENGTH"])
-        if args.target_length is None:
-            args.target_length = int(d["TARGET_LENGTH"])
-        if args.global_batch_tokens is None:
-            args.global_batch_tokens = int(d["GLOBAL_BATCH"]) * int(d["SEQ_LENGTH"])
-        gpus_per_node = int(d["GPUS_PER_NODE"])
-    except ValueError as exc:
-        raise UserError(f"--launch-script {args.launch_script}: a default is not an integer "
-                        f"({exc})") from None
+
+    def number(var: str, flag: str | None) -> int:
+        try:
+            return int(d[var])
+        except ValueError:
+            instead = f" or pass {flag}" if flag else ""
+            raise UserError(f"--launch-script {args.launch_script}: {var}'s default "
+                            f"{d[var]!r} is not an integer; write {var}=${{{var}:-N}} with a "
+                            f"whole number N{instead}") from None
+
+    if args.seq_length is None:
+        args.seq_length = number("SEQ_LENGTH", "--seq-length")
+    if args.target_length is None:
+        args.target_length = number("TARGET_LENGTH", "--target-length")
+    if args.global_batch_tokens is None:
+        args.global_batch_tokens = number("GLOBAL_BATCH", "--global-batch-tokens") * number(
+            "SEQ_LENGTH", "--global-batch-tokens")
+    gpus_per_node = number("GPUS_PER_NODE", None)
     if args.recompute is None:
         args.recompute = d["RECOMPUTE"]
     if args.eval_length is None:

@@ -113,3 +113,16 @@ def test_plot_that_is_the_launch_script(run_tool, tmp_path):
     assert_refused(run_tool, main, ["--model", "llama3-8b", "--launch-script", script,
                                     "--plot", script], "is the input --launch-script",
                    watch=[tmp_path])
+
+
+def test_nan_default_in_the_launch_script_names_the_variable_and_the_fix(run_tool, tmp_path):
+    """``SEQ_LENGTH=${SEQ_LENGTH:-nan}``: the variable, its value and what to write instead,
+    not Python's ``invalid literal for int()``."""
+    script = tmp_path / "launch.sh"
+    with open(LAUNCH_SCRIPT, encoding="utf-8") as f:
+        script.write_text(f.read().replace("SEQ_LENGTH=${SEQ_LENGTH:-8192}",
+                                           "SEQ_LENGTH=${SEQ_LENGTH:-nan}"))
+    line = assert_refused(run_tool, main, ["--model", "llama3-8b", "--launch-script", script],
+                          "SEQ_LENGTH's default 'nan' is not an integer", "--seq-length",
+                          watch=[tmp_path])
+    assert "invalid literal" not in line
