@@ -73,9 +73,9 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
     """``(L, s, L0)`` for the export: flags first, then the training run's EndPrompt args; no
     EndPrompt at all keeps the original window with ``s = 1``. Validation is
     :class:`~megatron_endprompt.window.EndPromptWindow`'s, plus the launcher's rule
-    ``s x L0 >= L`` (positions ``< L`` divided by ``s`` stay within ``L0``) for any ``(L, s)``
-    but the run's own: that one is how the model was trained, whatever it is. Raises
-    :class:`UserError`."""
+    ``s x L0 >= L`` (positions ``< L`` divided by ``s`` stay within ``L0``) for linear PI and
+    any ``(L, s)`` but the run's own: that one is how the model was trained, whatever it is (a
+    YaRN export is held to ``s = L / L0`` by its own check). Raises :class:`UserError`."""
     L0 = int(getattr(args, "endprompt_original_length", None) or original_window)
     # ``is None``, not ``or``: an explicit 0 is refused below, never replaced by the default
     L = target_length if target_length is not None else getattr(args, "endprompt_target_length",
@@ -91,7 +91,9 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
     L, s = window.target_length, window.pi_factor
     run = (getattr(args, "endprompt_target_length", None), getattr(args, "endprompt_pi_factor",
                                                                        None))
-    if s * L0 < L and (L, s) != run:  # the run's own (L, s) is what the model was trained as
+    linear = (getattr(args, "endprompt_rope_scaling", None) or "linear") == "linear"
+    # the run's own (L, s) is what the model was trained as; YaRN is held to s = L/L0 later
+    if linear and s * L0 < L and (L, s) != run:
         need = EndPromptWindow(target_length=L, original_length=L0, flags=EXPORT_FLAGS)
         s_text = f"--pi-factor {s:g}" if pi_factor is not None else f"the run's s={s:g}"
         L_text = f"--target-length {L}" if target_length is not None else f"the run's L={L}"

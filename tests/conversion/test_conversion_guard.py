@@ -90,6 +90,9 @@ def test_run_own_window_is_kept_and_a_new_length_is_checked():
                                         r"--pi-factor 16"):
         resolve_window(run, 64, 1024, None)
     assert resolve_window(run, 64, 1024, 16.0) == (1024, 16.0, 64)
+    # YaRN does not divide positions; its export is held to s = L / L0 by its own check
+    yarn = SimpleNamespace(endprompt_original_length=64, endprompt_rope_scaling="yarn")
+    assert resolve_window(yarn, 64, 1024, 4.0) == (1024, 4.0, 64)
 
 
 # -- an --output that names no directory of its own -----------------------------------------------
