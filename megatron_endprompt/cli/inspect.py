@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.errors import UserError
 from megatron_endprompt.data.inspect_sample import inspect_sample, render_inspection
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
+from megatron_endprompt.data.sidecar.sidecar_format import REBUILD, sidecar_path
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 
 
@@ -39,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args.prefix, note = resolve_prefix(args.prefix)  # Megatron's PREFIX_text_document spelling
     if note:
         print(note, file=sys.stderr)
+    for path in (args.prefix + ".bin", args.prefix + ".idx", sidecar_path(args.prefix, args.name)):
+        _refuse_non_file(path)
     spec = None
     if args.tokenizer_type:
         spec = TokenizerSpec(tokenizer_type=args.tokenizer_type,
@@ -50,6 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_inspection(args.prefix, found))
     return 0
+
+
+def _refuse_non_file(path: str) -> None:
+    """An input that exists but is no regular file (a directory, a FIFO...) is named as what it
+    is: the library's "not found" would contradict the listing the user sees."""
+    if not os.path.exists(path) or os.path.isfile(path):
+        return
+    mode = os.stat(path).st_mode
+    kind = next((k for test, k in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                                   (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+                                   (stat.S_ISBLK, "a device")) if test(mode)), "not a file")
+    what = "an EndPrompt sidecar" if path.endswith(".endprompt") else "a data file"
+    raise UserError(f"{path} is {kind}, not {what}; move it aside and {REBUILD}")
 
 
 cli = entry(main)

@@ -17,6 +17,7 @@ import json
 import os
 
 from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.disk import check_apart
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.planning import report
 from megatron_endprompt.planning.eval_cost import RULER_TASKS, eval_cost
@@ -30,7 +31,7 @@ from megatron_endprompt.planning.launch_vars import (
 )
 from megatron_endprompt.planning.plan import PlanSettings, plan_run, sweep
 from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS, model_from_hf_config
-from megatron_endprompt.window import PREPROCESS_FLAGS, EndPromptWindow
+from megatron_endprompt.window import PLAN_FLAGS, EndPromptWindow
 
 DEFAULT_SWEEP = "32768,49152,65536,98304,131072"
 
@@ -99,10 +100,12 @@ def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
     """L vs P vs L0 through the project's :class:`EndPromptWindow` (the rule training uses), for
     ``--target-length`` and every sweep length; the global batch must hold one sample."""
 
-    for flag, L in [("--target-length", args.target_length)] + [("--sweep", v) for v in lengths]:
+    sweep_flags = {**PLAN_FLAGS, "target_length": "--sweep"}
+    for flag, L, flags in [("--target-length", args.target_length, PLAN_FLAGS)] + [
+            ("--sweep", v, sweep_flags) for v in lengths]:
         with user_errors(f"{flag} {L}: "):
             EndPromptWindow(target_length=L, seq_length=args.seq_length,
-                            original_length=model.original_window, flags=PREPROCESS_FLAGS)
+                            original_length=model.original_window, flags=flags)
     if args.global_batch_tokens < args.seq_length:
         raise UserError(f"--global-batch-tokens {args.global_batch_tokens} is below one sample "
                         f"(--seq-length {args.seq_length}); give at least {args.seq_length}")
@@ -111,17 +114,24 @@ def _check_window(args: argparse.Namespace, model, lengths: list[int]) -> None:
 def _script_defaults(args: argparse.Namespace) -> int:
     """Fill unset flags from the launch script; returns its GPUS_PER_NODE."""
     d = script_defaults(args.launch_script)
-    try:
-        if args.seq_length is None:
-            args.seq_length = int(d["SEQ_LENGTH"])
-        if args.target_length is None:
-            args.target_length = int(d["TARGET_LENGTH"])
-        if args.global_batch_tokens is None:
-            args.global_batch_tokens = int(d["GLOBAL_BATCH"]) * int(d["SEQ_LENGTH"])
-        gpus_per_node = int(d["GPUS_PER_NODE"])
-    except ValueError as exc:
-        raise UserError(f"--launch-script {args.launch_script}: a default is not an integer "
-                        f"({exc})") from None
+
+    def number(var: str, flag: str | None) -> int:
+        try:
+            return int(d[var])
+        except ValueError:
+            instead = f" or pass {flag}" if flag else ""
+            raise UserError(f"--launch-script {args.launch_script}: {var}'s default "
+                            f"{d[var]!r} is not an integer; write {var}=${{{var}:-N}} with a "
+                            f"whole number N{instead}") from None
+
+    if args.seq_length is None:
+        args.seq_length = number("SEQ_LENGTH", "--seq-length")
+    if args.target_length is None:
+        args.target_length = number("TARGET_LENGTH", "--target-length")
+    if args.global_batch_tokens is None:
+        args.global_batch_tokens = number("GLOBAL_BATCH", "--global-batch-tokens") * number(
+            "SEQ_LENGTH", "--global-batch-tokens")
+    gpus_per_node = number("GPUS_PER_NODE", None)
     if args.recompute is None:
         args.recompute = d["RECOMPUTE"]
     if args.eval_length is None:
@@ -134,10 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     gpus_per_node = _script_defaults(args)
     model = MODEL_PRESETS[args.model] if args.model else model_from_hf_config(args.hf_config)
     lengths = _lengths(args.sweep)
-    if args.sweep == DEFAULT_SWEEP:  # the default grid keeps only the lengths beyond P
-        lengths = [v for v in lengths if v > args.seq_length]
+    if args.sweep == DEFAULT_SWEEP:  # the default grid keeps the lengths training accepts
+        lengths = [v for v in lengths
+                   if v > args.seq_length and v >= model.original_window] or [args.target_length]
     _check_window(args, model, lengths)
     if args.plot:
+        inputs = [("--hf-config", args.hf_config), ("--launch-script", args.launch_script)]
+        check_apart(args.plot, [(f, p) for f, p in inputs if p], flag="--plot")
         if os.path.isdir(args.plot):
             raise UserError(f"--plot {args.plot} is a directory; give a file name in it, e.g. "
                             f"{os.path.join(args.plot, 'plan.png')}")

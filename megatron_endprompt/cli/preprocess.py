@@ -6,14 +6,16 @@ Flag names follow Megatron-LM's ``tools/preprocess_data.py`` where they exist.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
                                          terminal_from_args)
-from megatron_endprompt.data.tokenize.gpt2_files import gpt2_files_only, wrap_gpt2_files
+from megatron_endprompt.data.tokenize.gpt2_files import gpt2_files_only, wrapped_gpt2_files
 from megatron_endprompt.errors import UserError, user_errors
 
 
@@ -69,18 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runtime.quiet()
-    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, format_summary, preprocess
-    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
-
     if args.split_sentences:
         raise UserError("--split-sentences is not supported: EndPrompt terminals anchor a "
                         "document's context to its own continuation or tail, and sentence-level "
                         "documents would cut every sample at a sentence; drop the flag")
-    tokenizer_type, tokenizer_model = _gpt2_files_as_hf(args)
     if args.partitions > 1 and args.partition_index is None:
         raise UserError(f"--partitions {args.partitions} needs --partition-index I (0.."
                         f"{args.partitions - 1}): run one process per partition, then "
                         "tools/merge_endprompt.py")
+    with _gpt2_files_as_hf(args) as (tokenizer_type, tokenizer_model):
+        _run(args, tokenizer_type, tokenizer_model)
+    return 0
+
+
+def _run(args: argparse.Namespace, tokenizer_type: str, tokenizer_model: str | None) -> dict:
+    """Validate the options, preprocess, print the summary (returned)."""
+    # function-local: the pipeline imports torch/Megatron, spared for --help and early refusals
+    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, format_summary, preprocess
+    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
+
     with user_errors():
         terminal = terminal_from_args(args)
         layout = layout_from_args(args, terminal)
@@ -115,13 +124,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"layout coverage: {coverage}")
 
         print(f"wrote {opts.prefix}.bin, .idx, {sidecar_path(opts.prefix, args.name)}")
-    return 0
+    return summary
 
 
-def _gpt2_files_as_hf(args) -> tuple[str, str | None]:
-    """``(--tokenizer-type, --tokenizer-model)``, or for GPT-2's ``vocab.json``/``merges.txt`` (``GPT2BPETokenizer``
-    with ``--vocab-file``/``--merge-file``, or an HF directory holding only them) the HF
-    directory they are wrapped into beside the output (said in one line)."""
+@contextlib.contextmanager
+def _gpt2_files_as_hf(args) -> Iterator[tuple[str, str | None]]:
+    """``(--tokenizer-type, --tokenizer-model)``, or for GPT-2's ``vocab.json``/``merges.txt``
+    (``GPT2BPETokenizer`` with ``--vocab-file``/``--merge-file``, or an HF directory holding
+    only them) the HF directory they are wrapped into beside the output (said in one line
+    once the run succeeded), removed again if the run fails (:func:`wrapped_gpt2_files`)."""
     root = os.path.dirname(os.path.abspath(args.output_prefix))
     if args.tokenizer_type == "GPT2BPETokenizer":
         if not (args.vocab_file and args.merge_file):
@@ -135,12 +146,13 @@ def _gpt2_files_as_hf(args) -> tuple[str, str | None]:
         flag = f"--tokenizer-model {args.tokenizer_model}"
         files = tuple(os.path.join(args.tokenizer_model, n) for n in ("vocab.json", "merges.txt"))
     else:
-        return args.tokenizer_type, args.tokenizer_model
-    out = wrap_gpt2_files(*files, root, flag=flag)
-    print(f"tokenizer: GPT-2 vocab.json/merges.txt wrapped as a Hugging Face tokenizer in {out} "
-          f"(train with --tokenizer-type HuggingFaceTokenizer --tokenizer-model {out})",
+        yield args.tokenizer_type, args.tokenizer_model
+        return
+    with wrapped_gpt2_files(*files, root, flag=flag) as out:
+        yield "HuggingFaceTokenizer", out
+    print(f"tokenizer: GPT-2 vocab.json/merges.txt wrapped as a Hugging Face tokenizer in "
+          f"{out} (train with --tokenizer-type HuggingFaceTokenizer --tokenizer-model {out})",
           file=sys.stderr, flush=True)
-    return "HuggingFaceTokenizer", out
 
 
 cli = entry(main)

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from megatron_endprompt.checkpoint_dir import TRACKER_FILE, resolve_checkpoint_dir
+from megatron_endprompt.conversion.writer_failure import writer_errors, writer_os_error
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model import EndPromptHybridModel
 
@@ -151,44 +152,21 @@ def save_release_checkpoint(model: torch.nn.Module, args: Any, out_dir: str) -> 
     # Megatron's content metadata for a model-only checkpoint (no distributed optimizer).
     from torch.distributed.checkpoint.api import CheckpointException
 
-    try:
-        dist_checkpointing.save(state, ckpt_dir, content_metadata={
-            "singleton_local_shards": False, "chained_optim_avoid_prefix": True})
-    except (Exception, CheckpointException) as exc:  # a BaseException; OS errors unwrapped
-        os_error = os_error_inside(exc)
-        if os_error is None:
-            raise
-        raise OSError(os_error.errno, os_error.strerror, os_error.filename or ckpt_dir) from None
+    with writer_errors() as logged:
+        try:
+            dist_checkpointing.save(state, ckpt_dir, content_metadata={
+                "singleton_local_shards": False, "chained_optim_avoid_prefix": True})
+        except (Exception, CheckpointException) as exc:  # a BaseException; OS errors unwrapped
+            os_error = writer_os_error(exc, logged, ckpt_dir)
+            if os_error is None:
+                for text in logged:
+                    exc.add_note(f"checkpoint writer: {text}")
+                raise
+            raise OSError(os_error.errno, os_error.strerror,
+                          os_error.filename or ckpt_dir) from None
     with open(os.path.join(out_dir, TRACKER_FILE), "w") as f:
         f.write("release")
     return ckpt_dir
-
-
-def os_error_inside(exc: BaseException) -> OSError | None:
-    """The ``OSError`` a checkpoint writer's exception wraps (torch's ``CheckpointException``
-    holding per-rank failures, Megatron's ``RuntimeError("Worker failure: ...")`` raised from
-    the worker's error, or only its text ``[Errno 28] ...``), named after the errno; ``None``
-    when it wraps none. A full disk then reads as one line, not a worker traceback."""
-    import errno as errno_mod
-    import re
-
-    seen, todo = set(), [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno:
-            return e
-        todo += [e.__cause__, e.__context__]
-        failures = getattr(e, "failures", None)
-        if isinstance(failures, dict):
-            todo += [v[0] if isinstance(v, tuple) else v for v in failures.values()]
-        m = re.search(r"\[Errno (\d+)\]", str(e))
-        if m:
-            code = int(m.group(1))
-            return OSError(code, os.strerror(code) if code in errno_mod.errorcode else str(e))
-    return None
 
 
 def find_checkpoint(path: str) -> str:

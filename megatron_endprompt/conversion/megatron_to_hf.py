@@ -72,7 +72,10 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
                    pi_factor: float | None) -> tuple[int, float, int]:
     """``(L, s, L0)`` for the export: flags first, then the training run's EndPrompt args; no
     EndPrompt at all keeps the original window with ``s = 1``. Validation is
-    :class:`~megatron_endprompt.window.EndPromptWindow`'s; raises :class:`UserError`."""
+    :class:`~megatron_endprompt.window.EndPromptWindow`'s, plus the launcher's rule
+    ``s x L0 >= L`` (positions ``< L`` divided by ``s`` stay within ``L0``) for linear PI and
+    any ``(L, s)`` but the run's own: that one is how the model was trained, whatever it is (a
+    YaRN export is held to ``s = L / L0`` by its own check). Raises :class:`UserError`."""
     L0 = int(getattr(args, "endprompt_original_length", None) or original_window)
     # ``is None``, not ``or``: an explicit 0 is refused below, never replaced by the default
     L = target_length if target_length is not None else getattr(args, "endprompt_target_length",
@@ -85,7 +88,20 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
     with user_errors():
         window = EndPromptWindow(target_length=int(L), original_length=L0, pi_factor=s,
                                  flags=EXPORT_FLAGS)
-    return window.target_length, window.pi_factor, L0
+    L, s = window.target_length, window.pi_factor
+    run = (getattr(args, "endprompt_target_length", None), getattr(args, "endprompt_pi_factor",
+                                                                       None))
+    linear = (getattr(args, "endprompt_rope_scaling", None) or "linear") == "linear"
+    # the run's own (L, s) is what the model was trained as; YaRN is held to s = L/L0 later
+    if linear and s * L0 < L and (L, s) != run:
+        need = EndPromptWindow(target_length=L, original_length=L0, flags=EXPORT_FLAGS)
+        s_text = f"--pi-factor {s:g}" if pi_factor is not None else f"the run's s={s:g}"
+        L_text = f"--target-length {L}" if target_length is not None else f"the run's L={L}"
+        raise UserError(f"{s_text} with {L_text}: positions reach L/s = {L / s:g}, beyond the "
+                        f"original window L0={L0} ({EXPORT_FLAGS['original_length']}), a RoPE "
+                        f"the launcher refuses; pass --pi-factor {need.pi_factor:g} "
+                        "(ceil(L/L0)) or leave --pi-factor out")
+    return L, s, L0
 
 
 def _megatron_tokenizer(args: Any) -> Any:
@@ -110,6 +126,11 @@ def _training_eod(args: Any, tokenizer: Any) -> int | None:
         return int(tokenizer.eod)
     except Exception:  # noqa: BLE001 - a tokenizer without an end id gives no answer
         return None
+
+
+def _tokenizer_flag(opts: MegatronToHFOptions, source: str) -> str:
+    """How an error names the exported tokenizer: the flag, or the run's recorded model."""
+    return f"--tokenizer {source}" if opts.tokenizer else f"the run's --tokenizer-model {source}"
 
 
 def _reads(work: list[tuple[WeightMapping, int | None]], dims: Dims,
@@ -184,6 +205,12 @@ def _export(opts: MegatronToHFOptions) -> dict[str, Any]:
             if vocab > padded:
                 raise UserError(f"vocabulary {vocab} ({vocab_from}) is larger than the "
                                 f"checkpoint's embedding ({padded} rows)")
+            if tokenizer_len is not None and tokenizer_len > vocab:
+                raise UserError(f"{_tokenizer_flag(opts, tokenizer_src)}: {tokenizer_len} ids, "
+                                f"more than the model's vocabulary {vocab} ({vocab_from}): ids "
+                                f"{vocab}..{tokenizer_len - 1} would index past the exported "
+                                f"embedding ({vocab} rows); export with the tokenizer the model "
+                                "was trained with")
             dims = Dims(**{**spec.shape_fields(), "vocab_size": vocab},
                         padded_vocab_size=padded)
             work = list(expand(mappings_for(dims), dims))

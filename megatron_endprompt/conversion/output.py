@@ -27,15 +27,27 @@ from typing import Any
 from megatron_endprompt.disk import check_apart, check_writable, exclusive, fsync_dir, pid_alive
 from megatron_endprompt.errors import UserError
 
-__all__ = ["apply_umask", "atomic_output_dir", "check_output", "check_finite",
+__all__ = ["apply_umask", "atomic_output_dir", "check_output", "check_output_name", "check_finite",
            "guarded_output", "remove_stale_partials"]
 
 _PARTIAL_RE = re.compile(r"\.partial-(\d+)-[^/]*$")
 
 
+def check_output_name(path: str, *, flag: str = "--output") -> None:
+    """Refuse an output named ``''``, ``.``, ``..`` (or ending in ``/.``, ``/..``) or the root:
+    the output is built beside its name and renamed onto it, so such a name would build the
+    export in a hidden sibling of the current directory and then fail to rename (or replace the
+    directory the user stands in)."""
+    last = os.path.basename(path.rstrip(os.sep)) if path.strip(os.sep) else path
+    if last in ("", ".", "..") or path.startswith(os.sep) and not path.strip(os.sep):
+        raise UserError(f"{flag} {path!r} names no new directory; give the directory to "
+                        f"create, e.g. {flag} {os.path.join(path or '.', 'export')}")
+
+
 def check_output(path: str, *, overwrite: bool, flag: str = "--output") -> None:
-    """Refuse an existing ``path`` unless ``overwrite``, and an unwritable parent (before any
-    work is done)."""
+    """Refuse a name that is no directory of its own (:func:`check_output_name`), an existing
+    ``path`` unless ``overwrite``, and an unwritable parent (before any work is done)."""
+    check_output_name(path, flag=flag)
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{flag} {path} already exists; pass --overwrite to replace it")
     check_writable(path, flag=flag)
@@ -47,6 +59,7 @@ def guarded_output(path: str, *, inputs: list[tuple[str, str]], overwrite: bool,
     """For the duration of a run writing ``path``: ``path`` apart from every ``(flag, input)``
     (:func:`~megatron_endprompt.disk.check_apart`), :func:`check_output`, and the lock
     ``.OUT.lock`` beside it held (a second run -> one ``error:`` line)."""
+    check_output_name(path, flag=flag)
     check_apart(path, inputs, flag=flag)
     check_output(path, overwrite=overwrite, flag=flag)
     name = os.path.basename(os.path.abspath(path))
@@ -117,20 +130,29 @@ def atomic_output_dir(path: str, *, overwrite: bool, flag: str = "--output") -> 
         dir=parent)
     try:
         yield tmp
+        apply_umask(tmp)
+        if os.path.lexists(path) and not overwrite:  # appeared during the run: never replaced
+            raise UserError(f"{flag} {path} appeared while this run was writing (another "
+                            "run?); nothing was replaced: pass --overwrite to replace it")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    apply_umask(tmp)
     old = None
-    if os.path.lexists(path) and not overwrite:  # appeared during the run: never replaced
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{flag} {path} appeared while this run was writing (another run?); "
-                        "nothing was replaced: pass --overwrite to replace it")
     if os.path.lexists(path):  # move the old output aside first: replaced in two renames
         old = tempfile.mktemp(prefix=f".{os.path.basename(os.path.abspath(path))}.partial-"
                                      f"{os.getpid()}-old-", dir=parent)
-        os.replace(path, old)
-    os.replace(tmp, path)
+        try:
+            os.replace(path, old)
+        except BaseException:  # the old output stays where it was; the new one is dropped
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:  # put the old output back
+            os.replace(old, path)
+        raise
     fsync_dir(parent)
     if old is not None:
         if os.path.isdir(old) and not os.path.islink(old):

@@ -89,10 +89,33 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 _EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
+def _original_window(raw: dict, path: str) -> int:
+    """``L0``, read from the config only: ``rope_scaling``'s (or ``rope_parameters``')
+    ``original_max_position_embeddings`` when the config is already extended (Llama-3.1,
+    YaRN), else ``max_position_embeddings``. Missing, 0 or not a positive integer (``NaN``
+    from a hand-edited file): one :class:`UserError` asking for it -- a guessed ``L0`` would put
+    a wrong ``s = ceil(L / L0)`` in the launch line."""
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    key = "max_position_embeddings"
+    if isinstance(rope, dict) and rope.get("original_max_position_embeddings") is not None:
+        key = "original_max_position_embeddings"
+        value = rope[key]
+    else:
+        value = raw.get(key)
+    if value is None or value == 0:
+        raise UserError(f"--hf-config {path}: no {key} (the model's original context window "
+                        f"L0, which sets s = ceil(L / L0)); add it to the config, e.g. "
+                        f'"{key}": 8192, or plan with --model')
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"--hf-config {path}: {key} {value!r} is not a positive integer; "
+                        "set it to the model's original context window L0 (e.g. 8192)")
+    return value
+
+
 def model_from_hf_config(path: str) -> ModelSpec:
     """A :class:`ModelSpec` from an HF ``config.json`` (the file, or a directory holding one).
-    Only the shape is read; Llama-layout fields (``num_hidden_layers``, ``intermediate_size``,
-    ``num_key_value_heads``, ``head_dim``...). Raises :class:`UserError` naming the file."""
+    Only the shape and ``L0`` are read; Llama-layout fields (``num_hidden_layers``,
+    ``intermediate_size``, ``num_key_value_heads``, ``head_dim``...). Raises :class:`UserError` naming the file."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     try:
@@ -120,10 +143,12 @@ def model_from_hf_config(path: str) -> ModelSpec:
         raise UserError(f"--hf-config {path}: missing integer field(s) {', '.join(missing)}; "
                         "a Llama-layout config.json is needed")
     heads = raw["num_attention_heads"]
-    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
-    window = raw.get("max_position_embeddings") or 4096
-    if isinstance(rope, dict) and rope.get("original_max_position_embeddings"):
-        window = rope["original_max_position_embeddings"]
+    if raw.get("head_dim") is None and heads > 0 and raw["hidden_size"] % heads:
+        raise UserError(f"--hf-config {path}: hidden_size {raw['hidden_size']} is not divisible "
+                        f"by num_attention_heads {heads} and no head_dim is given (Megatron "
+                        "asserts the same); fix hidden_size or num_attention_heads, or give "
+                        "head_dim")
+    window = _original_window(raw, path)
     try:
         return ModelSpec(
             name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "hf-config",
@@ -132,7 +157,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
             num_query_groups=raw.get("num_key_value_heads") or heads,
             head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
             vocab_size=raw["vocab_size"], tied=bool(raw.get("tie_word_embeddings", False)),
-            original_window=int(window), qkv_bias=raw.get("model_type") == "qwen2",
+            original_window=window, qkv_bias=raw.get("model_type") == "qwen2",
             qk_norm=raw.get("model_type") == "qwen3")
     except ValueError as exc:
         raise UserError(f"--hf-config {path}: {exc}") from None

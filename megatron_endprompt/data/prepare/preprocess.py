@@ -86,7 +86,10 @@ class PreprocessOptions:
             raise ValueError(f"--workers {self.workers} must be >= 1")
         if not self.json_keys:
             raise ValueError("--json-keys needs at least one key")
-        if self.partitions < 1 or not 0 <= self.partition_index < self.partitions:
+        if self.partitions < 1:
+            raise ValueError(f"--partitions {self.partitions} must be >= 1 (1: one process "
+                             "tokenizes everything; N: N processes, then merge)")
+        if not 0 <= self.partition_index < self.partitions:
             raise ValueError(f"--partition-index {self.partition_index} must be in "
                              f"0..{self.partitions - 1} (--partitions {self.partitions})")
         if self.log_interval < 1:

@@ -11,11 +11,13 @@ a saved HF directory that Megatron's ``HuggingFaceTokenizer`` loads) both use it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from megatron_endprompt.errors import UserError
@@ -54,10 +56,8 @@ def gpt2_files_to_hf(vocab_path: str, merges_path: str, *, flag: str) -> Any:
                         f"({str(exc)[:120]}); pass GPT-2's vocab.json and merges.txt") from None
 
 
-def wrap_gpt2_files(vocab_path: str, merges_path: str, out_root: str, *, flag: str) -> str:
-    """The HF directory (``tokenizer.json`` + config) of the pair under ``out_root``, named by
-    the files' SHA-256 (``gpt2-hf-<12 hex>``) and written once, atomically (a rename); an
-    existing one is reused. Returns its path."""
+def _wrap_dir(vocab_path: str, merges_path: str, out_root: str, *, flag: str) -> str:
+    """``out_root/gpt2-hf-<12 hex>``: the pair's directory, named by the files' SHA-256."""
     digest = hashlib.sha256()
     for path in (vocab_path, merges_path):
         try:
@@ -66,7 +66,14 @@ def wrap_gpt2_files(vocab_path: str, merges_path: str, out_root: str, *, flag: s
         except OSError as exc:
             raise UserError(f"{flag} {path}: cannot read ({exc.strerror}); pass GPT-2's "
                             "vocab.json and merges.txt") from None
-    target = os.path.join(out_root, f"gpt2-hf-{digest.hexdigest()[:12]}")
+    return os.path.join(out_root, f"gpt2-hf-{digest.hexdigest()[:12]}")
+
+
+def wrap_gpt2_files(vocab_path: str, merges_path: str, out_root: str, *, flag: str) -> str:
+    """The HF directory (``tokenizer.json`` + config) of the pair under ``out_root``, named by
+    the files' SHA-256 (``gpt2-hf-<12 hex>``) and written once, atomically (a rename); an
+    existing one is reused. Returns its path."""
+    target = _wrap_dir(vocab_path, merges_path, out_root, flag=flag)
     if os.path.isfile(os.path.join(target, "tokenizer.json")):
         return target
     tok = gpt2_files_to_hf(vocab_path, merges_path, flag=flag)
@@ -82,3 +89,28 @@ def wrap_gpt2_files(vocab_path: str, merges_path: str, out_root: str, *, flag: s
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def wrapped_gpt2_files(vocab_path: str, merges_path: str, out_root: str, *,
+                       flag: str) -> Iterator[str]:
+    """:func:`wrap_gpt2_files` for the duration of one run: yields the directory, and removes
+    it again (with the directories made to hold it) when the run fails and this call made it,
+    so a refused run leaves nothing beside its output. One reused from an earlier run stays."""
+    made = []
+    probe = os.path.abspath(out_root)
+    while not os.path.exists(probe):
+        made.append(probe)
+        probe = os.path.dirname(probe)
+    existed = os.path.isfile(os.path.join(_wrap_dir(vocab_path, merges_path, out_root,
+                                                    flag=flag), "tokenizer.json"))
+    target = wrap_gpt2_files(vocab_path, merges_path, out_root, flag=flag)
+    try:
+        yield target
+    except BaseException:
+        if not existed:
+            shutil.rmtree(target, ignore_errors=True)
+            for directory in made:  # deepest first; only if the run left them empty
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
+        raise
