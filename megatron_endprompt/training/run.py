@@ -18,6 +18,7 @@ from typing import Any
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.loss_weights import LossWeights
+from megatron_endprompt.model.lora_settings import LoraSettings, lora_settings
 from megatron_endprompt.model.yarn import YarnScaling, yarn_scaling
 from megatron_endprompt.window import TRAINING_FLAGS, EndPromptWindow, explicit_pi_factor
 
@@ -82,6 +83,9 @@ class EndPromptRun:
 
     long_eval: LongEvalSettings | None = None
     """The long-context validation settings; ``None`` when it is off."""
+
+    lora: LoraSettings | None = None
+    """The ``--endprompt-lora-*`` adapters; ``None``: full fine-tuning."""
 
     def model_rope_kwargs(self) -> dict[str, Any]:
         """``EndPromptGPTModel``'s RoPE keywords: ``pi_factor = s`` for linear PI; for YaRN
@@ -227,4 +231,9 @@ def build_run(args: argparse.Namespace, *, window: EndPromptWindow,
         replay_prefixes=replay,
         notes=notes,
         loss_log=getattr(args, "endprompt_loss_log", None),
-        long_eval=long_eval)
+        long_eval=long_eval,
+        lora=lora_settings(rank=getattr(args, "endprompt_lora_rank", None),
+                           alpha=getattr(args, "endprompt_lora_alpha", None),
+                           dropout=getattr(args, "endprompt_lora_dropout", None),
+                           targets=getattr(args, "endprompt_lora_targets", None),
+                           seed=getattr(args, "seed", 1234)))
