@@ -44,13 +44,14 @@ from megatron.core.tensor_parallel.mappings import (
     reduce_from_tensor_model_parallel_region,
     reduce_scatter_to_sequence_parallel_region,
 )
+from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
 from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model.lora_settings import LORA_TARGETS, LoraSettings
 
 __all__ = ["ADAPTER_SUFFIXES", "LoraCheckpointing", "LoraLinear", "apply_lora", "is_adapter_key",
-           "lora_linears", "merge_weight"]
+           "lora_linears"]
 
 #: Parameter (and checkpoint key) suffixes of the adapters.
 ADAPTER_SUFFIXES = (".lora_a", ".lora_b")
@@ -106,10 +107,11 @@ class LoraLinear(torch.nn.Module):
     ``backward_dw`` ...), so Megatron code reaching into the linear keeps working."""
 
     def __init__(self, base: torch.nn.Module, *, kind: str, settings: LoraSettings,
-                 init_key: str, checkpointing: LoraCheckpointing) -> None:
+                 init_key: str, checkpointing: LoraCheckpointing, swiglu: bool = False) -> None:
         super().__init__()
         self.base = base
         self.kind = kind
+        self.swiglu = swiglu
         self.scaling = settings.scaling
         self.checkpointing = checkpointing
         self.dropout = torch.nn.Dropout(settings.dropout) if settings.dropout else None
@@ -143,6 +145,10 @@ class LoraLinear(torch.nn.Module):
         # Under sequence parallelism each TP rank's gradient of the replicated factor covers
         # its sequence chunk only: Megatron all-reduces parameters marked like the norms.
         replicated.sequence_parallel = self.sequence_parallel
+        # The base's state-dict keys stay stock (``weight``, not ``base.weight``): Megatron's
+        # MLP finds its SwiGLU ``linear_fc1.weight`` by name, and a base checkpoint's keys load.
+        self.register_state_dict_post_hook(_unnest_base)
+        self.register_load_state_dict_pre_hook(_nest_base)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -186,19 +192,42 @@ class LoraLinear(torch.nn.Module):
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (),
                            metadata: dict | None = None) -> dict:
-        """The base's sharded tensors under their stock checkpoint keys (state-dict keys under
-        ``base.``), plus ``lora_a`` / ``lora_b`` (see the module docstring) as
-        :class:`LoraCheckpointing` says."""
+        """The base's sharded tensors (stock keys), plus ``lora_a`` / ``lora_b`` (see the module
+        docstring) as :class:`LoraCheckpointing` says. A SwiGLU ``linear_fc1``'s ``B`` is
+        sharded like its weight: each TP rank holds a slice of the gate rows and one of the up
+        rows, the global tensor is ``cat(gate, up)``."""
         out = {}
         if self.checkpointing.base:
-            base = self.base.sharded_state_dict(prefix, sharded_offsets, metadata)
-            out = {f"{prefix}base.{k[len(prefix):]}": v for k, v in base.items()}
+            out.update(self.base.sharded_state_dict(prefix, sharded_offsets, metadata))
         if self.checkpointing.adapters:
             axis = {"lora_b": 0} if self.kind == "column" else {"lora_a": 1}
-            out.update(make_sharded_tensors_for_checkpoint(
+            dp_group = (metadata or {}).get("dp_cp_group")
+            adapters = make_sharded_tensors_for_checkpoint(
                 {"lora_a": self.lora_a, "lora_b": self.lora_b}, prefix, axis, sharded_offsets,
-                tp_group=self.tp_group, dp_cp_group=(metadata or {}).get("dp_cp_group")))
+                tp_group=self.tp_group, dp_cp_group=dp_group)
+            if self.swiglu:
+                key = f"{prefix}lora_b"
+                adapters[key] = apply_swiglu_sharded_factory(
+                    adapters[key], sharded_offsets,
+                    (metadata or {}).get("singleton_local_shards", False),
+                    tp_group=self.tp_group, dp_group=dp_group)
+            out.update(adapters)
         return out
+
+
+def _unnest_base(module: LoraLinear, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+    """``state_dict`` hook: ``<prefix>base.X`` -> ``<prefix>X`` (the stock keys)."""
+    for key in [k for k in state_dict if k.startswith(f"{prefix}base.")]:
+        state_dict[prefix + key[len(prefix) + len("base."):]] = state_dict.pop(key)
+
+
+def _nest_base(module: LoraLinear, state_dict: dict, prefix: str, *_: Any) -> None:
+    """``load_state_dict`` pre-hook: a stock ``<prefix>X`` (not an adapter's) ->
+    ``<prefix>base.X``, where the base module finds it."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        if rest not in ("lora_a", "lora_b") and not rest.startswith("base."):
+            state_dict[f"{prefix}base.{rest}"] = state_dict.pop(key)
 
 
 def _layer_number(model: torch.nn.Module, name: str) -> int | None:
@@ -232,9 +261,11 @@ def apply_lora(model: torch.nn.Module, settings: LoraSettings, *,
         parent, _, child = name.rpartition(".")
         stack = name.split(".", 1)[0]
         key = f"{stack}:{_layer_number(model, name)}:{target}"
+        swiglu = target == "linear_fc1" and bool(getattr(module.config, "gated_linear_unit",
+                                                         False))
         setattr(model.get_submodule(parent), child,
                 LoraLinear(module, kind=kind, settings=settings, init_key=key,
-                           checkpointing=checkpointing))
+                           checkpointing=checkpointing, swiglu=swiglu))
     for name, param in model.named_parameters():
         param.requires_grad = is_adapter_key(name)
 
@@ -253,10 +284,3 @@ def lora_linears(model: torch.nn.Module) -> dict[str, LoraLinear]:
     """``{module name: LoraLinear}`` of ``model``."""
     return {n: m for n, m in model.named_modules() if isinstance(m, LoraLinear)}
 
-
-def merge_weight(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
-                 scaling: float) -> torch.Tensor:
-    """``W + scaling * B A`` in float32, returned in ``W``'s dtype: ``W [..., out, in]``,
-    ``A [..., r, in]``, ``B [..., out, r]`` (leading layer dimensions broadcast)."""
-    merged = weight.float() + scaling * torch.matmul(lora_b.float(), lora_a.float())
-    return merged.to(weight.dtype)

@@ -7,6 +7,7 @@ import torch
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron_endprompt.conversion.lora_export import merge_weight
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model import EndPromptGPTModel
 from megatron_endprompt.model.lora import (
@@ -14,7 +15,6 @@ from megatron_endprompt.model.lora import (
     LoraLinear,
     apply_lora,
     lora_linears,
-    merge_weight,
 )
 from megatron_endprompt.model.lora_settings import LoraSettings, lora_settings
 
@@ -112,6 +112,16 @@ def test_checkpoint_keys_keep_the_base_stock(cpu_forward):
     qkv_a = sharded["decoder.layers.0.self_attention.linear_qkv.lora_a"]
     assert qkv_a.global_shape == (2, 4, 64)  # layer-stacked like the base weight
     assert set(sharded) <= set(model.state_dict())  # what Megatron load_state_dict()s
+    # torch state-dict keys: the stock ones plus the adapters (no ``base.`` level)
+    stock_sd = set(_model().state_dict())
+    assert set(model.state_dict()) == stock_sd | {
+        k.replace(".weight", f".{f}") for k in stock_sd if k.endswith((
+            "linear_qkv.weight", "linear_proj.weight", "linear_fc1.weight", "linear_fc2.weight"))
+        for f in ("lora_a", "lora_b")}
+    # SwiGLU fc1: B's global rows are cat(gate, up), sharded like the weight
+    fc1_b = sharded["decoder.layers.0.mlp.linear_fc1.lora_b"]
+    assert type(fc1_b).__name__ == type(
+        sharded["decoder.layers.0.mlp.linear_fc1.weight"]).__name__ == "ShardedTensorFactory"
 
 
 def test_checkpoint_without_adapters_loads_the_base(cpu_forward):
@@ -126,7 +136,7 @@ def test_checkpoint_without_adapters_loads_the_base(cpu_forward):
                        checkpointing=LoraCheckpointing(adapters=False))
     offered = model.sharded_state_dict()
     assert not any(k.endswith((".lora_a", ".lora_b")) for k in offered)
-    loaded = {k: state[k.replace(".base.", ".")] for k in offered}
+    loaded = {k: state[k] for k in offered}  # the stock keys
     model.load_state_dict(loaded, strict=True)
     qkv = lora_linears(model)["decoder.layers.0.self_attention.linear_qkv"]
     assert torch.equal(qkv.base.weight, base.decoder.layers[0].self_attention.linear_qkv.weight)
