@@ -64,16 +64,24 @@ def is_adapter_key(key: str) -> bool:
 
 @dataclass(kw_only=True)
 class LoraCheckpointing:
-    """What the model's ``sharded_state_dict`` offers a checkpoint, shared by its adapters."""
+    """What the model's ``sharded_state_dict`` offers a checkpoint, shared by its adapters.
+    While loading it offers what the loaded checkpoint has; from the first forward on, what a
+    save should hold (:meth:`training_started`)."""
 
     adapters: bool = True
     """Offer the adapter tensors. ``False`` while loading a checkpoint that has none (the base
-    model a LoRA run starts from: its adapters keep their initial values); set back to ``True``
-    at the first forward, so every save holds them."""
+    model a LoRA run starts from: its adapters keep their initial values)."""
 
     base: bool = True
-    """Offer the frozen base tensors of the wrapped linears (``False``: adapter-only
-    checkpoints)."""
+    """Offer the frozen base tensors. ``False`` while loading an adapter-only checkpoint (the
+    base comes from the base checkpoint) and, under ``adapters_only``, in every save."""
+
+    adapters_only: bool = False
+    """Saves hold the adapters (and their optimizer state) only."""
+
+    def training_started(self) -> None:
+        """Loading is over: from now on offer what a save holds."""
+        self.adapters, self.base = True, not self.adapters_only
 
 
 def _linear_kinds() -> dict[type, str]:
@@ -159,7 +167,7 @@ class LoraLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any):
         """``x [S(/tp), B, in(/tp)]`` -> ``(W x + (alpha/r) B A x, bias)``, shapes as the
         base's."""
-        self.checkpointing.adapters = True  # loading is over: every save holds the adapters
+        self.checkpointing.training_started()  # loading is over
         result = self.base(x, *args, **kwargs)
         lora_x, seq_split = x, self.sequence_parallel
         if self.layernorm_output:  # TE: (out, ln_out) inside, or (out, bias, ln_out)
@@ -277,7 +285,25 @@ def apply_lora(model: torch.nn.Module, settings: LoraSettings, *,
             if (checkpointing.adapters if is_adapter_key(k) else checkpointing.base)]
 
     model.register_load_state_dict_post_hook(forgive_unoffered)
+    _offer_as_checkpointing_says(model, checkpointing)
     return model
+
+
+def _offer_as_checkpointing_says(model: torch.nn.Module, checkpointing: LoraCheckpointing
+                                 ) -> None:
+    """Give this model instance a ``sharded_state_dict`` that drops every tensor but the
+    adapters' while ``checkpointing.base`` is off (an adapter-only save or load). An attribute
+    of our own model object, which Megatron's DDP and Float16Module wrappers call through;
+    Megatron's classes are not touched."""
+    full = model.sharded_state_dict
+
+    def sharded_state_dict(*args: Any, **kwargs: Any) -> dict:
+        state = full(*args, **kwargs)
+        if checkpointing.base:
+            return state
+        return {k: v for k, v in state.items() if is_adapter_key(k)}
+
+    model.sharded_state_dict = sharded_state_dict
 
 
 def lora_linears(model: torch.nn.Module) -> dict[str, LoraLinear]:

@@ -64,6 +64,9 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     g.add_argument("--endprompt-lora-targets", nargs="+", default=None, metavar="LINEAR",
                    help="linears with adapters, of linear_qkv linear_proj linear_fc1 linear_fc2 "
                    "(default: all four)")
+    g.add_argument("--endprompt-lora-adapters-only", action="store_true",
+                   help="checkpoints hold the adapters and their optimizer state only; a resume "
+                   "reads the frozen base from --pretrained-checkpoint")
     add_long_eval_args(parser)
     return parser
 

@@ -177,3 +177,23 @@ def test_settings_defaults():
     assert (s.rank, s.alpha, s.scaling, s.dropout) == (8, 8.0, 1.0, 0.0)
     assert s.targets == ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
     assert lora_settings(rank=0, alpha=None, dropout=None, targets=None) is None
+
+
+def test_adapter_only_checkpoints_offer_the_adapters_alone(cpu_forward):
+    """While loading an adapter-only checkpoint, and in every save under ``adapters_only``,
+    the model offers the adapters alone; a strict load of them misses nothing."""
+    checkpointing = LoraCheckpointing(base=False, adapters_only=True)
+    model = apply_lora(_model(), SETTINGS, checkpointing=checkpointing)
+    offered = model.sharded_state_dict()
+    assert len(offered) == 16 and all(k.endswith((".lora_a", ".lora_b")) for k in offered)
+    model.load_state_dict({k: v.data for k, v in model.state_dict(keep_vars=True).items()
+                           if k in offered}, strict=True)
+    ids, pos, mask = _batch()
+    with torch.no_grad():
+        model(ids, pos, mask)  # training started: saves hold the adapters only
+    assert set(model.sharded_state_dict()) == set(offered)
+    full = apply_lora(_model(), SETTINGS,
+                      checkpointing=LoraCheckpointing(adapters=False))
+    with torch.no_grad():
+        full(ids, pos, mask)
+    assert set(offered) < set(full.sharded_state_dict())  # without the option: everything
