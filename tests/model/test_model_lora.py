@@ -21,7 +21,7 @@ from megatron_endprompt.model.lora_settings import LoraSettings, lora_settings
 VOCAB, S, B = 128, 16, 2
 
 
-def _model(**config):
+def _model(tied: bool = False, **config):
     torch.manual_seed(1234)
     cfg = TransformerConfig(
         num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
@@ -34,7 +34,8 @@ def _model(**config):
                              transformer_layer_spec=get_gpt_layer_local_spec(
                                  normalization="RMSNorm"),
                              vocab_size=VOCAB, max_sequence_length=S,
-                             position_embedding_type="rope", rotary_base=500000, pi_factor=4.0)
+                             position_embedding_type="rope", rotary_base=500000, pi_factor=4.0,
+                             share_embeddings_and_output_weights=tied)
 
 
 def _batch():
@@ -82,8 +83,10 @@ def test_adapter_delta_is_scaled_b_a_x(cpu_forward):
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
 
-def test_one_step_changes_only_adapters(cpu_forward):
-    model = apply_lora(_model(), SETTINGS)
+@pytest.mark.parametrize("tied", [False, True])
+def test_one_step_changes_only_adapters(cpu_forward, tied):
+    """Tied input/output embeddings (SmolLM2, Llama-3.2) stay frozen like the rest."""
+    model = apply_lora(_model(tied), SETTINGS)
     before = {k: v.detach().clone() for k, v in model.state_dict().items() if v is not None}
     ids, pos, mask = _batch()
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
