@@ -96,6 +96,14 @@ Optimisation
   MICRO_BATCH (1)  GLOBAL_BATCH (128)  TRAIN_ITERS (950, ~1B tokens)  LR (2e-5)
   WARMUP_ITERS (20)
 
+LoRA (unset LORA_RANK: full fine-tuning)
+  LORA_RANK           adapters of this rank on the linears; the base is frozen
+  LORA_ALPHA          the adapters add (alpha / rank) B A x (LORA_RANK)
+  LORA_DROPOUT        dropout on the adapters' input (0)
+  LORA_TARGETS        linears with adapters (linear_qkv linear_proj linear_fc1 linear_fc2)
+  LORA_ADAPTERS_ONLY  1: checkpoints hold the adapters only; resumes read the base from
+                      CHECKPOINT_IN (0)
+
 Checkpoints, logging, preemption
   SAVE_INTERVAL       iterations between saves (200)
   EVAL_INTERVAL (200)  EVAL_ITERS (8)  LOG_INTERVAL (1)
@@ -244,6 +252,14 @@ if [ -n "$SIDECAR_NAME" ]; then ENDPROMPT_ARGS+=(--endprompt-sidecar-name "$SIDE
 if [ -n "${REPLAY_PREFIXES:-}" ]; then
   # shellcheck disable=SC2206  # word splitting intended: a list of prefixes
   ENDPROMPT_ARGS+=(--endprompt-replay-prefixes $REPLAY_PREFIXES)
+fi
+if [ -n "${LORA_RANK:-}" ]; then   # LoRA: values checked by the entry (one error line)
+  ENDPROMPT_ARGS+=(--endprompt-lora-rank "$LORA_RANK")
+  if [ -n "${LORA_ALPHA:-}" ]; then ENDPROMPT_ARGS+=(--endprompt-lora-alpha "$LORA_ALPHA"); fi
+  if [ -n "${LORA_DROPOUT:-}" ]; then ENDPROMPT_ARGS+=(--endprompt-lora-dropout "$LORA_DROPOUT"); fi
+  # shellcheck disable=SC2206  # word splitting intended: a list of linears
+  if [ -n "${LORA_TARGETS:-}" ]; then ENDPROMPT_ARGS+=(--endprompt-lora-targets $LORA_TARGETS); fi
+  if [ "${LORA_ADAPTERS_ONLY:-0}" = 1 ]; then ENDPROMPT_ARGS+=(--endprompt-lora-adapters-only); fi
 fi
 TRAIN_ARGS=(
   --micro-batch-size "$MICRO_BATCH" --global-batch-size "$GLOBAL_BATCH"

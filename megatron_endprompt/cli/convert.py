@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--target-length", type=int, default=None,
                    help="L: max_position_embeddings of the export (default: the run's "
                         "--endprompt-target-length)")
+    m.add_argument("--lora-format", choices=("merged", "peft"), default="merged",
+                   help="a LoRA run's adapters: 'merged' into the weights (a plain HF model, "
+                   "default) or 'peft' (adapter_config.json + adapter_model.safetensors that HF "
+                   "peft loads onto the original HF model, with this directory's config.json)")
     m.add_argument("--pi-factor", type=float, default=None,
                    help="s: linear RoPE scaling factor (default: the run's "
                         "--endprompt-pi-factor, else ceil(L / L0))")
@@ -85,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = convert_megatron_to_hf(MegatronToHFOptions(
         checkpoint=args.checkpoint, output=args.output, tokenizer=args.tokenizer,
         target_length=args.target_length, pi_factor=args.pi_factor,
-        overwrite=args.overwrite, progress=not args.no_progress))
+        overwrite=args.overwrite, progress=not args.no_progress, lora_format=args.lora_format))
+    lora = summary["lora"]
+    if lora is not None:
+        print(f"LoRA adapters (r={lora['rank']}, alpha={lora['alpha']:g}): "
+              + ("merged into the weights" if lora["format"] == "merged" else
+                 "written for PEFT (adapter_config.json, adapter_model.safetensors)"))
     print(f"wrote {summary['output']} from {summary['checkpoint']}: "
           f"{len(summary['shards'])} shard(s), max_position_embeddings={summary['target_length']}"
           f" (original {summary['original_length']}), linear RoPE factor "

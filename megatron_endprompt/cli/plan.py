@@ -29,6 +29,7 @@ from megatron_endprompt.planning.launch_vars import (
     script_defaults,
     wall_clock_hours,
 )
+from megatron_endprompt.planning.lora import lora_plan, lora_text
 from megatron_endprompt.planning.plan import PlanSettings, plan_run, sweep
 from megatron_endprompt.planning.presets import GPU_PRESETS, MODEL_PRESETS, model_from_hf_config
 from megatron_endprompt.window import PLAN_FLAGS, EndPromptWindow
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Megatron --no-bias-swiglu-fusion (keeps 5f instead of 3f per token)")
     p.add_argument("--sweep", default=DEFAULT_SWEEP, metavar="L1,L2,...",
                    help=f"target lengths of the sweep table and plot (default {DEFAULT_SWEEP})")
+    p.add_argument("--lora-rank", type=int, default=None, metavar="R",
+                   help="also plan EndPrompt with rank-R LoRA adapters on a frozen base "
+                   "(the launcher's LORA_RANK)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", metavar="FILE", help="write memory and GPU-hours vs L (png/pdf/svg)")
     return p
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [v for v in lengths
                    if v > args.seq_length and v >= model.original_window] or [args.target_length]
     _check_window(args, model, lengths)
+    if args.lora_rank is not None and args.lora_rank <= 0:
+        raise UserError(f"--lora-rank {args.lora_rank} must be > 0")
     if args.plot:
         inputs = [("--hf-config", args.hf_config), ("--launch-script", args.launch_script)]
         check_apart(args.plot, [(f, p) for f, p in inputs if p], flag="--plot")
@@ -171,11 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = sweep(settings, lengths)
         evaluation = eval_cost(settings, length=args.eval_length, tasks=args.eval_tasks,
                                samples_per_task=args.eval_samples)
+        lora = lora_plan(settings, args.lora_rank) if args.lora_rank else None
     if args.plot:
         report.write_plot(args.plot, settings, rows)
     if args.json:
         doc = report.plan_document(settings, plans, rows)
-        print(json.dumps({**doc, "evaluation": evaluation.as_dict()}, indent=1))
+        print(json.dumps({**doc, "evaluation": evaluation.as_dict(),
+                          "lora": lora.as_dict() if lora else None}, indent=1))
         return 0
     print(report.plan_table(settings, plans))
 
@@ -187,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall-clock: {wall_clock_hours(settings, ep):.2f} h for {settings.tokens:.3g} tokens "
           f"at {ep.tokens_per_second:,.0f} tokens/s (MFU {100 * settings.mfu:g}% of "
           f"{settings.gpu.peak_tflops:g} TFLOP/s bf16 peak on {settings.gpus} GPUs)")
+    if lora is not None:
+        print("\n" + lora_text(settings, args.lora_rank, lora,
+                                launch_line(settings, lora, gpus_per_node)) + "\n")
     print(f"checkpoint: {checkpoint_bytes(settings) / 1e9:.0f} GB per save (parameters x 14 B: "
           "bf16 weights 2 + fp32 main weights 4 + Adam moments 8; the script keeps every save)")
     print("\n" + report.eval_text(settings, evaluation))

@@ -31,6 +31,7 @@ from megatron_endprompt.compat import build_megatron_tokenizer
 from megatron_endprompt.conversion.hf_config import hf_config_dict, spec_from_megatron_args
 from megatron_endprompt.conversion.hf_io import ShardedSafetensorsWriter
 from megatron_endprompt.conversion.hybrid_layers import HybridLayers
+from megatron_endprompt.conversion.lora_export import LoraExport
 from megatron_endprompt.conversion.mapping import Dims, WeightMapping, expand, mappings_for
 from megatron_endprompt.conversion.megatron_ckpt import (
     find_checkpoint,
@@ -66,6 +67,8 @@ class MegatronToHFOptions:
     overwrite: bool = False
     progress: bool = True
     max_shard_bytes: int = 2 << 30
+    lora_format: str = "merged"
+    """LoRA adapters: ``merged`` into the weights, or ``peft`` (an adapter directory)."""
 
 
 def resolve_window(args: Any, original_window: int, target_length: int | None,
@@ -177,6 +180,9 @@ def _export(opts: MegatronToHFOptions) -> dict[str, Any]:
         L, s, L0 = resolve_window(args, spec.max_position_embeddings, opts.target_length,
                                   opts.pi_factor)
         meta = tensor_metadata(ckpt)
+        lora = LoraExport.from_checkpoint(  # None: no adapters
+            ckpt, meta, rank=getattr(args, "endprompt_lora_rank", None),
+            alpha=getattr(args, "endprompt_lora_alpha", None), lora_format=opts.lora_format)
         embed = meta.get("embedding.word_embeddings.weight")
         if embed is None:
             raise UserError(f"{ckpt}: no embedding.word_embeddings.weight; not a GPT checkpoint")
@@ -229,15 +235,22 @@ def _export(opts: MegatronToHFOptions) -> dict[str, Any]:
             bar = tqdm(total=len(work), desc="megatron-to-hf", unit="tensor",
                        disable=not opts.progress)
             for key, stacked, parts in reads:  # one (stacked) tensor at a time
+                if lora is not None and lora.peft:  # the adapters only, no base tensor
+                    lora.collect_peft(key, stacked, parts, dims)
+                    bar.update(len(parts))
+                    continue
                 tensor = read_tensor(ckpt, key, meta[key])
                 check_finite(tensor, f"{ckpt}: tensor {key}")
+                if lora is not None:
+                    tensor = lora.merged(key, tensor)  # W + (alpha/r) B A
                 for mapping, layer in parts:
                     part = tensor[layer] if stacked else tensor
                     writer.add_all(zip(mapping.hf_names(layer=layer), mapping.to_hf(part, dims)))
                     bar.update()
                 del tensor
             bar.close()
-            shards = writer.close()
+            shards = (lora.write_peft(tmp, dropout=getattr(args, "endprompt_lora_dropout", None))
+                      if lora is not None and lora.peft else writer.close())
             config = hf_config_dict(spec, target_length=L, pi_factor=s, vocab_size=vocab)
             config["dtype"] = config["torch_dtype"] = str(dtype).removeprefix("torch.")
             special, notes = resolve_special_ids(
@@ -258,4 +271,6 @@ def _export(opts: MegatronToHFOptions) -> dict[str, Any]:
             "padded_vocab_size": padded, "shards": shards, "tensors": len(work),
             "hybrid_layer_pattern": hybrid.pattern if hybrid else None,
             "tokenizer": tokenizer_src, "special_token_ids": special,
+            "lora": None if lora is None else {"format": lora.format, "rank": lora.rank,
+                                               "alpha": lora.alpha},
             "special_token_notes": notes}

@@ -54,6 +54,19 @@ def add_endprompt_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         "contiguous positions); any other prefix needs a sidecar")
     g.add_argument("--endprompt-loss-log", default=None, metavar="DIR",
                    help="write exact per-micro-batch loss terms to DIR/rank*.jsonl (debugging)")
+    g.add_argument("--endprompt-lora-rank", type=int, default=None, metavar="R",
+                   help="train LoRA adapters of rank R on the --endprompt-lora-targets linears; "
+                   "the base model is frozen (default: off, full fine-tuning)")
+    g.add_argument("--endprompt-lora-alpha", type=float, default=None,
+                   help="LoRA alpha: the adapters add (alpha / R) B A x (default: R)")
+    g.add_argument("--endprompt-lora-dropout", type=float, default=None,
+                   help="dropout on the adapters' input (default 0)")
+    g.add_argument("--endprompt-lora-targets", nargs="+", default=None, metavar="LINEAR",
+                   help="linears with adapters, of linear_qkv linear_proj linear_fc1 linear_fc2 "
+                   "(default: all four)")
+    g.add_argument("--endprompt-lora-adapters-only", action="store_true",
+                   help="checkpoints hold the adapters and their optimizer state only; a resume "
+                   "reads the frozen base from --pretrained-checkpoint")
     add_long_eval_args(parser)
     return parser
 

@@ -32,9 +32,15 @@ def make_model_provider(run: EndPromptRun):
     def model_provider(pre_process: bool = True, post_process: bool = True,
                        vp_stage: int | None = None, config: Any = None,
                        pg_collection: Any = None):
-        """This (virtual) pipeline stage's model (see :func:`_model`)."""
-        return _model(run, pre_process=pre_process, post_process=post_process,
-                      vp_stage=vp_stage, config=config, pg_collection=pg_collection)
+        """This (virtual) pipeline stage's model (see :func:`_model`), with the run's LoRA
+        adapters (:func:`~megatron_endprompt.training.lora_model.lora_model`)."""
+        from megatron.training import get_args
+
+        from megatron_endprompt.training.lora_model import lora_model
+
+        return lora_model(_model(run, pre_process=pre_process, post_process=post_process,
+                                 vp_stage=vp_stage, config=config, pg_collection=pg_collection),
+                          run.lora, get_args())
 
     return model_provider
 

@@ -18,8 +18,10 @@ from typing import Any
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError, user_errors
 from megatron_endprompt.loss_weights import LossWeights
+from megatron_endprompt.model.lora_settings import LoraSettings, lora_settings
 from megatron_endprompt.model.yarn import YarnScaling, yarn_scaling
 from megatron_endprompt.training.checks import blend_prefixes, check_target_length
+from megatron_endprompt.training.lora_model import check_lora_checkpoints
 from megatron_endprompt.window import TRAINING_FLAGS, EndPromptWindow, explicit_pi_factor
 
 __all__ = ["EndPromptRun", "LongEvalSettings", "build_run", "long_eval_settings",
@@ -83,6 +85,9 @@ class EndPromptRun:
 
     long_eval: LongEvalSettings | None = None
     """The long-context validation settings; ``None`` when it is off."""
+
+    lora: LoraSettings | None = None
+    """The ``--endprompt-lora-*`` adapters; ``None``: full fine-tuning."""
 
     def model_rope_kwargs(self) -> dict[str, Any]:
         """``EndPromptGPTModel``'s RoPE keywords: ``pi_factor = s`` for linear PI; for YaRN
@@ -212,6 +217,13 @@ def build_run(args: argparse.Namespace, *, window: EndPromptWindow,
     name = getattr(args, "endprompt_sidecar_name", None)
     check_sidecar_name(name)
     replay, notes = _matched_replay(args, getattr(args, "endprompt_replay_prefixes", None) or [])
+    lora = lora_settings(rank=getattr(args, "endprompt_lora_rank", None),
+                         alpha=getattr(args, "endprompt_lora_alpha", None),
+                         dropout=getattr(args, "endprompt_lora_dropout", None),
+                         targets=getattr(args, "endprompt_lora_targets", None),
+                         adapters_only=bool(getattr(args, "endprompt_lora_adapters_only", False)),
+                         seed=getattr(args, "seed", 1234))
+    check_lora_checkpoints(args, lora)  # an adapter-only resume names its base
     return EndPromptRun(
         window=window,
         rope_scaling=getattr(args, "endprompt_rope_scaling", None) or "linear",
@@ -221,4 +233,5 @@ def build_run(args: argparse.Namespace, *, window: EndPromptWindow,
         replay_prefixes=replay,
         notes=notes,
         loss_log=getattr(args, "endprompt_loss_log", None),
-        long_eval=long_eval)
+        long_eval=long_eval,
+        lora=lora)
