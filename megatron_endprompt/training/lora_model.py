@@ -19,6 +19,7 @@ from typing import Any
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.model.lora import LoraCheckpointing, apply_lora, is_adapter_key
 from megatron_endprompt.model.lora_settings import LoraSettings
 
 __all__ = ["check_lora_checkpoints", "checkpoint_keys", "loaded_checkpoint_dir", "lora_model"]
@@ -68,8 +69,6 @@ def lora_model(model: Any, settings: LoraSettings | None, args: Any) -> Any:
     off. Megatron's ``args`` name the checkpoint about to be loaded."""
     if settings is None:
         return model
-    # here, not at the top: the adapters import Megatron, which the trainer loads later
-    from megatron_endprompt.model.lora import LoraCheckpointing, apply_lora, is_adapter_key
 
     path = loaded_checkpoint_dir(args)
     keys = checkpoint_keys(path) if path is not None else frozenset()

@@ -8,6 +8,8 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from megatron_endprompt.training.lora_model import lora_model
+
 if TYPE_CHECKING:
     from megatron_endprompt.training.run import EndPromptRun
 
@@ -35,8 +37,6 @@ def make_model_provider(run: EndPromptRun):
         """This (virtual) pipeline stage's model (see :func:`_model`), with the run's LoRA
         adapters (:func:`~megatron_endprompt.training.lora_model.lora_model`)."""
         from megatron.training import get_args
-
-        from megatron_endprompt.training.lora_model import lora_model
 
         return lora_model(_model(run, pre_process=pre_process, post_process=post_process,
                                  vp_stage=vp_stage, config=config, pg_collection=pg_collection),
