@@ -429,9 +429,10 @@ wait "$TORCHRUN_PID" && rc=0 || rc=$?
 wait "$CONSOLE_PID" && console_rc=0 || console_rc=$?   # the rest of the output, to its end
 rm -rf "$PIPE_DIR"
 if [ "$rc" != 0 ] && [ "$console_rc" = 3 ]; then
-  # a rank refused the launch (its error line is above): leave no empty tensorboard/, and no
+  # a rank refused the launch (its error line is above): no tensorboard/ when this launch
+  # created it (Megatron's writer leaves an events file without events), and no
   # CHECKPOINT_OUT at all when this launch created it
-  if [ "$TB_EXISTED" = 0 ]; then rmdir "$TENSORBOARD_DIR" 2>/dev/null || true; fi
+  if [ "$TB_EXISTED" = 0 ]; then rm -rf "$TENSORBOARD_DIR"; fi
   rm -f "$LOG_FILE"
   if [ "$OUT_EXISTED" = 0 ]; then   # all of it is this launch's
     if [ "$LOG_DIR" = "$CHECKPOINT_OUT/logs" ]; then rm -rf "$LOG_DIR"; fi
