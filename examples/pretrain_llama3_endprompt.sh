@@ -351,7 +351,9 @@ PIPE_DIR=$(mktemp -d)
 mkfifo "$PIPE_DIR/console"
 echo "launch log (every rank's output, Megatron's arguments, library warnings): $LOG_FILE" >&2
 (trap '' INT TERM HUP QUIT USR1 USR2
- exec "$PYTHON" -m megatron_endprompt.cli.launch_console "$LOG_FILE") < "$PIPE_DIR/console" &
+ "$PYTHON" -m megatron_endprompt.cli.launch_console "$LOG_FILE" && exit 0 || rc=$?
+ [ "$rc" = 3 ] || cat   # the filter failed: the output still flows, unfiltered
+ exit "$rc") < "$PIPE_DIR/console" &
 CONSOLE_PID=$!
 
 # A requested stop (EXIT_SIGNAL: the sbatch's SIGUSR1 before the time limit, or a kill): the
