@@ -18,8 +18,13 @@ the window via :class:`~megatron_endprompt.window.EndPromptWindow` (``P < L``, `
 With a converted ``CHECKPOINT_IN`` (its ``endprompt_conversion.json``,
 :mod:`megatron_endprompt.model_record`) the model is the checkpoint's: its flags replace the
 script's Llama-3 8B shape, the heads, layers and vocabulary padding are checked against it, and
-a given ``ROPE_BASE``/``NUM_QUERY_GROUPS``/``FFN_HIDDEN`` or extra shape flag that contradicts it
-is refused, so a dry run that passes does not die at load.
+a given ``ROPE_BASE``/``NUM_QUERY_GROUPS``/``FFN_HIDDEN``/``ORIGINAL_LENGTH`` or extra shape flag
+that contradicts it is refused, so a dry run that passes does not die at load. Each
+non-replay sidecar's header is read: its ``P`` and ``L`` against ``SEQ_LENGTH`` and
+``TARGET_LENGTH`` (the check every rank makes after start-up, here naming the variable). A
+``CHECKPOINT_OUT`` holding a run is checked for a schedule Megatron would refuse to resume
+(:mod:`megatron_endprompt.training.launch_resume`), and ``--transformer-impl`` is chosen for
+the machine (:func:`transformer_impl`).
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from megatron_endprompt.training.checks import check_transformer_impl
 from megatron_endprompt.training.launch_resume import check_resume_schedule
 from megatron_endprompt.window import LAUNCH_FLAGS, EndPromptWindow
 
-__all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents"]
+__all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents",
+           "transformer_impl"]
 
 #: The shape the shipped script launches (Llama-3 8B): attention heads and layers.
 LLAMA3_8B_HEADS = 32
