@@ -53,6 +53,8 @@ extra Megatron flags appended last (they override the script's).
 
   --dry-run   run the start-up checks, print the resolved torchrun command (environment
               included) and exit 0; on a problem print one error line and exit 2
+  The transformer implementation is the machine's: transformer_engine with a CUDA GPU and
+  Transformer Engine, else local (a CPU runs as written); one note line says which.
   --help      this text
 
 Required
@@ -108,11 +110,17 @@ Checkpoints, logging, preemption
   SAVE_INTERVAL       iterations between saves (200)
   EVAL_INTERVAL (200)  EVAL_ITERS (8)  LOG_INTERVAL (1)
   TENSORBOARD_DIR     TensorBoard logs ($CHECKPOINT_OUT/tensorboard)
+  LOG_DIR             the launch log, every rank's output with Megatron's argument table and
+                      the library warnings kept off the console ($CHECKPOINT_OUT/logs)
   WANDB_PROJECT       W&B project; unset: no W&B. WANDB_EXP_NAME (basename of CHECKPOINT_OUT)
   EXIT_DURATION_MINS  save and exit after this many minutes (unset: no limit); set it a little
                       under the job's time limit
   EXIT_SIGNAL         signal on which Megatron saves and exits (SIGTERM; the sbatch uses SIGUSR1)
                       (forwarded by this script to the workers; after their save: exit 0)
+  STOP_POLL_SECONDS   after a stop request, how often a worker still starting up is checked
+                      for Megatron's handler, to get the signal once it has one (2)
+  STOP_GRACE          seconds after the last worker got EXIT_SIGNAL before torchrun is shut
+                      down if it still runs (1800: a save and teardown may take minutes)
   SHUTDOWN_TIMEOUT    seconds torchrun waits for workers after forwarding another signal (600)
 EOF
 }
@@ -129,7 +137,10 @@ done
 
 missing=()
 for var in CHECKPOINT_IN CHECKPOINT_OUT TOKENIZER; do
-  [ -n "${!var:-}" ] || missing+=("$var")
+  case "${!var:-}" in   # a planner's paste line holds CHECKPOINT_IN='<...>' until it is filled in
+    "") missing+=("$var") ;;
+    "<"*">") missing+=("$var (a placeholder: ${!var})") ;;
+  esac
 done
 if [ -z "${DATA_PREFIX:-}" ] && [ -z "${DATA_BLEND:-}" ]; then missing+=("DATA_PREFIX or DATA_BLEND"); fi
 if [ -n "${DATA_PREFIX:-}" ] && [ -n "${DATA_BLEND:-}" ]; then
@@ -137,7 +148,10 @@ if [ -n "${DATA_PREFIX:-}" ] && [ -n "${DATA_BLEND:-}" ]; then
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$DRY_RUN" = 1 ]; then
-    (IFS=,; echo "note: not set: ${missing[*]} (shown as <NAME>)" >&2)
+    shape=
+    case "${missing[*]}" in CHECKPOINT_IN*) shape="; the model shown is the script's Llama-3 8B \
+until CHECKPOINT_IN names a converted checkpoint" ;; esac
+    (IFS=,; echo "note: not set: ${missing[*]} (shown as <NAME>)$shape" >&2)
   else
     (IFS=,; echo "error: set ${missing[*]} (see --help)" >&2); exit 2
   fi
@@ -187,11 +201,20 @@ GLOBAL_BATCH=${GLOBAL_BATCH:-128}
 TRAIN_ITERS=${TRAIN_ITERS:-950}         # ~1B tokens at 128 x 8192 per step
 LR=${LR:-2e-5}
 WARMUP_ITERS=${WARMUP_ITERS:-20}
+# the learning-rate schedule: the checks compare it with a run CHECKPOINT_OUT already holds
+SCHEDULE_ARGS=(
+  --train-iters "$TRAIN_ITERS" --global-batch-size "$GLOBAL_BATCH"
+  --lr "$LR" --min-lr "$LR" --lr-decay-style constant --lr-warmup-iters "$WARMUP_ITERS"
+  --weight-decay 0.0
+)
 SAVE_INTERVAL=${SAVE_INTERVAL:-200}
 EVAL_INTERVAL=${EVAL_INTERVAL:-200}
 EVAL_ITERS=${EVAL_ITERS:-8}
 LOG_INTERVAL=${LOG_INTERVAL:-1}
 TENSORBOARD_DIR=${TENSORBOARD_DIR:-$CHECKPOINT_OUT/tensorboard}
+LOG_DIR=${LOG_DIR:-$CHECKPOINT_OUT/logs}
+STOP_POLL_SECONDS=${STOP_POLL_SECONDS:-2}
+STOP_GRACE=${STOP_GRACE:-1800}
 EXIT_SIGNAL=${EXIT_SIGNAL:-SIGTERM}
 SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-600}
 PRECISION=${PRECISION:-bf16}
@@ -217,13 +240,16 @@ for var in NNODES NODE_RANK GPUS_PER_NODE MASTER_PORT TP PP CP SEQUENCE_PARALLEL
            GLOBAL_BATCH TRAIN_ITERS SEQ_LENGTH ORIGINAL_LENGTH TARGET_LENGTH PI_FACTOR \
            NUM_QUERY_GROUPS WARMUP_ITERS SAVE_INTERVAL EVAL_INTERVAL EVAL_ITERS LOG_INTERVAL SEED \
            SPLIT SIDECAR_NAME DATA_PREFIX DATA_BLEND REPLAY_PREFIXES TOKENIZER CHECKPOINT_IN \
-           ROPE_BASE FFN_HIDDEN MODEL_VARS_GIVEN; do
+           ROPE_BASE FFN_HIDDEN MODEL_VARS_GIVEN CHECKPOINT_OUT LR; do
   CHECK_VARS+=("$var=${!var:-}")
 done
+CHECK_VARS+=("SCHEDULE_FLAGS=${SCHEDULE_ARGS[*]}")
+TRANSFORMER_IMPL=   # set by the checks: transformer_engine with a CUDA GPU and TE, else local
 MODEL_FLAGS=()   # set by the checks from CHECKPOINT_IN's conversion record, if it has one
 derived=$("$PYTHON" -m megatron_endprompt.cli.launch_check "${CHECK_VARS[@]}" -- "${EXTRA[@]}") \
   || exit 2   # EXTRA: unknown options (e.g. --dryrun) and flags contradicting the checkpoint refused
 eval "$derived"
+echo "note: --transformer-impl $TRANSFORMER_IMPL (${TRANSFORMER_IMPL_WHY:-})" >&2
 if [ "${#MODEL_FLAGS[@]}" = 0 ]; then   # no record: Llama-3 8B
   MODEL_FLAGS=(
     --num-layers 32 --hidden-size 4096 --ffn-hidden-size "$FFN_HIDDEN"
@@ -262,13 +288,11 @@ if [ -n "${LORA_RANK:-}" ]; then   # LoRA: values checked by the entry (one erro
   if [ "${LORA_ADAPTERS_ONLY:-0}" = 1 ]; then ENDPROMPT_ARGS+=(--endprompt-lora-adapters-only); fi
 fi
 TRAIN_ARGS=(
-  --micro-batch-size "$MICRO_BATCH" --global-batch-size "$GLOBAL_BATCH"
-  --train-iters "$TRAIN_ITERS" --seed "$SEED"
-  --lr "$LR" --min-lr "$LR" --lr-decay-style constant --lr-warmup-iters "$WARMUP_ITERS"
-  --weight-decay 0.0 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
+  --micro-batch-size "$MICRO_BATCH" "${SCHEDULE_ARGS[@]}" --seed "$SEED"
+  --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95
   "${PRECISION_ARGS[@]}" --calculate-per-token-loss
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
-  --transformer-impl transformer_engine --attention-backend auto
+  --transformer-impl "$TRANSFORMER_IMPL" --attention-backend auto
   --recompute-granularity selective
 )
 PARALLEL_ARGS=(
@@ -318,6 +342,7 @@ ENV=(
 CMD=(
   torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE"
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"
+  --tee 3 --log-dir "$LOG_DIR/torchrun" --log-line-prefix-template '[rank${rank}]: '
   -m megatron_endprompt.training.pretrain
   "${MODEL_ARGS[@]}" "${ENDPROMPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${PARALLEL_ARGS[@]}"
   "${DATA_ARGS[@]}" "${CKPT_ARGS[@]}" "${LOG_ARGS[@]}" "${EXTRA[@]}"
@@ -329,30 +354,81 @@ if [ "$DRY_RUN" = 1 ]; then
   exit 0
 fi
 
+# The console: torchrun tees each rank's output as whole lines tagged [rankN]: (no two ranks'
+# text on one line) through megatron_endprompt.cli.launch_console, which writes everything to
+# LOG_FILE and keeps Megatron's argument table and known library warnings off the console. A
+# rank's one-line refusal (error: ...) ends the launch with that line and exit 2; torchrun's
+# report of the failed ranks goes to the log only.
+OUT_EXISTED=0; [ ! -d "$CHECKPOINT_OUT" ] || OUT_EXISTED=1
+TB_EXISTED=0; [ ! -d "$TENSORBOARD_DIR" ] || TB_EXISTED=1
+LOG_FILE="$LOG_DIR/train-$(date -u +%Y%m%dT%H%M%SZ)-node$NODE_RANK.log"
+mkdir -p "$LOG_DIR"
+PIPE_DIR=$(mktemp -d)
+mkfifo "$PIPE_DIR/console"
+echo "launch log (every rank's output, Megatron's arguments, library warnings): $LOG_FILE" >&2
+(trap '' INT TERM HUP QUIT USR1 USR2
+ "$PYTHON" -m megatron_endprompt.cli.launch_console "$LOG_FILE" && exit 0 || rc=$?
+ [ "$rc" = 3 ] || cat   # the filter failed: the output still flows, unfiltered
+ exit "$rc") < "$PIPE_DIR/console" &
+CONSOLE_PID=$!
+
 # A requested stop (EXIT_SIGNAL: the sbatch's SIGUSR1 before the time limit, or a kill): the
 # workers get it from here (torchrun starts them in their own sessions, so a signal to this
 # process group does not reach them), Megatron's --exit-signal-handler saves at the next
-# iteration and the workers exit 0, and so does torchrun. It is sent again every 10 s until
-# torchrun exits: a worker still starting up (before Megatron's handler is installed) ignores
-# it, as torchrun does. Megatron logs "exiting program after receiving SIGTERM." whatever
-# --exit-signal is.
+# iteration and the workers exit 0, and so does torchrun. Each worker gets it exactly once, when
+# Megatron's handler is installed (its SigCgt in /proc): a worker still starting up ignores the
+# signal (inherited from this script, as torchrun does), so it is checked again every
+# STOP_POLL_SECONDS; a worker whose handler is gone (saved, exiting) is never sent it again,
+# which would kill it mid-teardown. Without /proc each worker gets it once. If torchrun still
+# runs STOP_GRACE seconds after the last worker got it, torchrun is shut down (its own
+# signal). Megatron logs "exiting program after receiving SIGTERM." whatever --exit-signal is.
 STOP_REQUESTED=0
+STOP_SENT_AT=
 TORCHRUN_PID=
-request_stop() { STOP_REQUESTED=1; }
+SENT=" "
+SIGNUM=$(kill -l "${EXIT_SIGNAL#SIG}")
+request_stop() { [ "$STOP_REQUESTED" != 0 ] || STOP_REQUESTED=1; }
+handler_state() {   # PID: caught, ignored, default or unknown (EXIT_SIGNAL's disposition)
+  local caught ignored
+  caught=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null) || true
+  ignored=$(awk '/^SigIgn:/ {print $2}' "/proc/$1/status" 2>/dev/null) || true
+  if [ -z "$caught" ] || [ -z "$ignored" ]; then echo unknown
+  elif (( (0x$caught >> (SIGNUM - 1)) & 1 )); then echo caught
+  elif (( (0x$ignored >> (SIGNUM - 1)) & 1 )); then echo ignored
+  else echo default
+  fi
+}
 send_stop() {
-  local workers
+  local workers pid pending=0 sent=0
   workers=$(pgrep -P "$TORCHRUN_PID" 2>/dev/null \
             || ps -o pid= --ppid "$TORCHRUN_PID" 2>/dev/null || true)
+  for pid in $workers; do
+    case "$SENT" in *" $pid "*) continue ;; esac
+    case $(handler_state "$pid") in
+      caught|unknown) kill -s "${EXIT_SIGNAL#SIG}" "$pid" 2>/dev/null || true
+                      SENT+="$pid "; sent=$((sent + 1)) ;;
+      ignored) pending=$((pending + 1)) ;;   # still starting: its handler is not there yet
+      default) ;;                              # its handler is gone: it is exiting
+    esac
+  done
   if [ "$STOP_REQUESTED" = 1 ]; then
     STOP_REQUESTED=2
+    local starting=
+    [ "$pending" = 0 ] || starting=", $pending still starting: sent once their handler is set"
     echo "$(date -u +%FT%TZ) $EXIT_SIGNAL: stop requested; forwarded to the workers" \
-         "($(echo $workers | wc -w)); Megatron saves a checkpoint and exits" >&2
+         "($sent$starting); Megatron saves a checkpoint and exits" >&2
   fi
-  # shellcheck disable=SC2086  # a list of pids
-  [ -z "$workers" ] || kill -s "${EXIT_SIGNAL#SIG}" $workers 2>/dev/null || true
+  if [ "$sent" -gt 0 ] || [ -z "$STOP_SENT_AT" ]; then STOP_SENT_AT=$SECONDS; fi
+  if [ "$pending" = 0 ] && [ "$STOP_REQUESTED" = 2 ] \
+     && [ $((SECONDS - STOP_SENT_AT)) -ge "$STOP_GRACE" ] && [ -n "$FORWARDED" ]; then
+    STOP_REQUESTED=3
+    echo "$(date -u +%FT%TZ) workers still running ${STOP_GRACE} s after $EXIT_SIGNAL" \
+         "(STOP_GRACE): shutting torchrun down" >&2
+    kill -s "${FORWARDED%%,*}" "$TORCHRUN_PID" 2>/dev/null || true
+  fi
 }
 trap '' "${EXIT_SIGNAL#SIG}"          # torchrun inherits "ignore" (it does not handle it)
-env "${ENV[@]}" "${CMD[@]}" &
+env "${ENV[@]}" "${CMD[@]}" > "$PIPE_DIR/console" 2>&1 &
 TORCHRUN_PID=$!
 trap request_stop "${EXIT_SIGNAL#SIG}"
 for sig in ${FORWARDED//,/ }; do   # torchrun's signals, sent to this script: pass them on
@@ -364,15 +440,29 @@ while kill -0 "$TORCHRUN_PID" 2>/dev/null; do
     wait "$TORCHRUN_PID" || true   # returns when torchrun exits or a trapped signal arrives
   else
     send_stop
-    sleep 10 & wait $! || true
+    sleep "$STOP_POLL_SECONDS" & wait $! || true
   fi
 done
 wait "$TORCHRUN_PID" && rc=0 || rc=$?
+wait "$CONSOLE_PID" && console_rc=0 || console_rc=$?   # the rest of the output, to its end
+rm -rf "$PIPE_DIR"
+if [ "$rc" != 0 ] && [ "$console_rc" = 3 ]; then
+  # a rank refused the launch (its error line is above): no tensorboard/ when this launch
+  # created it (Megatron's writer leaves an events file without events), and no
+  # CHECKPOINT_OUT at all when this launch created it
+  if [ "$TB_EXISTED" = 0 ]; then rm -rf "$TENSORBOARD_DIR"; fi
+  rm -f "$LOG_FILE"
+  if [ "$OUT_EXISTED" = 0 ]; then   # all of it is this launch's
+    if [ "$LOG_DIR" = "$CHECKPOINT_OUT/logs" ]; then rm -rf "$LOG_DIR"; fi
+    find "$CHECKPOINT_OUT" -depth -type d -empty -delete 2>/dev/null || true
+  fi
+  exit 2
+fi
 if [ "$STOP_REQUESTED" != 0 ]; then
   if [ "$rc" = 0 ]; then
     echo "$(date -u +%FT%TZ) stopped as requested ($EXIT_SIGNAL): checkpoint saved, exit 0" >&2
   else
-    echo "$(date -u +%FT%TZ) $EXIT_SIGNAL stop: torchrun exited $rc (see the workers' logs)" >&2
+    echo "$(date -u +%FT%TZ) $EXIT_SIGNAL stop: torchrun exited $rc (see $LOG_FILE)" >&2
   fi
 fi
 exit "$rc"

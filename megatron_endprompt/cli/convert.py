@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite, progress=not args.no_progress))
         print(f"wrote {summary['checkpoint']} ({summary['tensors']} tensors, {summary['dtype']}, "
               f"vocabulary {summary['vocab_size']} padded to {summary['padded_vocab_size']})")
-        print("train from it with (restart-safe: later launches resume from SAVE_DIR): "
-              "--pretrained-checkpoint " + shlex.quote(summary["output"])
-              + " --load SAVE_DIR --save SAVE_DIR "
-              + " ".join(shlex.quote(f) for f in summary["megatron_flags"]))
+        print("train from it: CHECKPOINT_IN=" + shlex.quote(summary["output"])
+              + " bash examples/pretrain_llama3_endprompt.sh (the launcher takes the model from "
+              "the conversion record beside it, which lists its Megatron flags for other "
+              "launchers)")
         return 0
     from megatron_endprompt.conversion import MegatronToHFOptions, convert_megatron_to_hf
 

@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     cut = argv.index("--") if "--" in argv else len(argv)
     env = dict(a.split("=", 1) for a in argv[:cut] if "=" in a)
     extra = argv[cut + 1:]
+    # Megatron's import chatter, when a resumed CHECKPOINT_OUT or the flags need it
+    runtime.quiet(checkpoints=True)
     derived = check_launch(env, extra)
-    runtime.quiet()  # Megatron's import chatter, when the flags need its parser
     check_extra_flags(extra)
     for key, value in derived.items():
         if isinstance(value, list):

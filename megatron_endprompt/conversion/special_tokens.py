@@ -24,7 +24,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 
-ROLES = ("bos", "eos", "pad")
+ROLES = ("bos", "eos", "pad", "unk")  # unk: kept in config.json (generation uses the first 3)
 KEYS = tuple(f"{r}_token_id" for r in ROLES)
 
 

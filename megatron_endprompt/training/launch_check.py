@@ -18,8 +18,13 @@ the window via :class:`~megatron_endprompt.window.EndPromptWindow` (``P < L``, `
 With a converted ``CHECKPOINT_IN`` (its ``endprompt_conversion.json``,
 :mod:`megatron_endprompt.model_record`) the model is the checkpoint's: its flags replace the
 script's Llama-3 8B shape, the heads, layers and vocabulary padding are checked against it, and
-a given ``ROPE_BASE``/``NUM_QUERY_GROUPS``/``FFN_HIDDEN`` or extra shape flag that contradicts it
-is refused, so a dry run that passes does not die at load.
+a given ``ROPE_BASE``/``NUM_QUERY_GROUPS``/``FFN_HIDDEN``/``ORIGINAL_LENGTH`` or extra shape flag
+that contradicts it is refused, so a dry run that passes does not die at load. Each
+non-replay sidecar's header is read: its ``P`` and ``L`` against ``SEQ_LENGTH`` and
+``TARGET_LENGTH`` (the check every rank makes after start-up, here naming the variable). A
+``CHECKPOINT_OUT`` holding a run is checked for a schedule Megatron would refuse to resume
+(:mod:`megatron_endprompt.training.launch_resume`), and ``--transformer-impl`` is chosen for
+the machine (:func:`transformer_impl`).
 """
 
 from __future__ import annotations
@@ -33,11 +38,20 @@ import sys
 from collections.abc import Mapping
 
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
+from megatron_endprompt.data.sidecar.sidecar import (
+    check_belongs_to,
+    check_sidecar_name,
+    open_sidecar,
+    sidecar_path,
+)
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model_record import ModelRecord, read_model_record
+from megatron_endprompt.training.checks import check_transformer_impl
+from megatron_endprompt.training.launch_resume import check_resume_schedule
 from megatron_endprompt.window import LAUNCH_FLAGS, EndPromptWindow
 
-__all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents"]
+__all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents",
+           "transformer_impl"]
 
 #: The shape the shipped script launches (Llama-3 8B): attention heads and layers.
 LLAMA3_8B_HEADS = 32
@@ -136,10 +150,30 @@ def _existing_sidecars(prefix: str) -> list[str]:
     return sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + "*.endprompt"))
 
 
+def _check_sidecar(prefix: str, name: str | None, seq_length: int, target_length: int) -> None:
+    """The sidecar's header against the launch (what the pretrain entry's ``find_sidecar``
+    checks once every rank has started): its ``.bin``/``.idx`` sizes, ``P`` against
+    ``SEQ_LENGTH`` and ``L`` against ``TARGET_LENGTH``, naming the variable. Reads the header
+    only."""
+    path = sidecar_path(prefix, name)
+    sidecar = open_sidecar(path)  # header checksum and every value validated
+    check_belongs_to(sidecar, prefix, full=False)
+    layout = sidecar.layout
+    rebuild = (f"tools/build_endprompt_sidecar.py --data-prefix {prefix}"
+               f"{' --name ' + name if name else ''}")
+    if layout.seq_length != seq_length:
+        raise UserError(f"SEQ_LENGTH={seq_length}, but {path} was built for P = "
+                        f"{layout.seq_length}: set SEQ_LENGTH={layout.seq_length}, or rebuild "
+                        f"the sidecar with {rebuild} --seq-length {seq_length}")
+    if layout.target_length != target_length:
+        raise UserError(f"TARGET_LENGTH={target_length}, but {path} was built for L = "
+                        f"{layout.target_length}: set TARGET_LENGTH={layout.target_length}, or "
+                        f"rebuild the sidecar with {rebuild} --target-length {target_length} "
+                        "(the .bin/.idx stay)")
+
+
 def _check_prefix(prefix: str, name: str | None, split: list[float], env: Mapping[str, str],
                   replay: bool) -> None:
-    from megatron_endprompt.data.sidecar.sidecar import sidecar_path
-
     for suffix in (".bin", ".idx"):
         if not os.path.isfile(prefix + suffix):
             raise UserError(f"{prefix}{suffix} not found; give the prefix written by "
@@ -150,6 +184,8 @@ def _check_prefix(prefix: str, name: str | None, split: list[float], env: Mappin
         raise UserError(f"{prefix}: no sidecar {os.path.basename(sidecar_path(prefix, name))}"
                         f" (SIDECAR_NAME={name or ''}){listed}; fix SIDECAR_NAME, build it with "
                         "tools/build_endprompt_sidecar.py or list the prefix in REPLAY_PREFIXES")
+    if not replay:
+        _check_sidecar(prefix, name, int(env["SEQ_LENGTH"]), int(env["TARGET_LENGTH"]))
     docs = _idx_documents(prefix + ".idx")
     counts = split_documents(split, docs)
     for split_name, w, n in zip(_SPLIT_NAMES, split, counts):
@@ -171,10 +207,50 @@ def _model_from_checkpoint(env: dict[str, str], extra: list[str]) -> ModelRecord
     given = set(env.get("MODEL_VARS_GIVEN", "").split())
     record.check_given({var: (flag, env.get(var, "")) for var, flag in MODEL_VARS.items()
                         if var in given}, extra)
-    if "ORIGINAL_LENGTH" not in given:
-        env["ORIGINAL_LENGTH"] = str(record.max_position_embeddings)
+    window = str(record.max_position_embeddings)
+    if "ORIGINAL_LENGTH" in given and env.get("ORIGINAL_LENGTH", "").strip() != window:
+        raise UserError(f"ORIGINAL_LENGTH={env.get('ORIGINAL_LENGTH')} contradicts the checkpoint "
+                        f"({record.path}: --max-position-embeddings {window}, the model's "
+                        f"original window L0); unset ORIGINAL_LENGTH: the launcher takes L0 from "
+                        "the checkpoint")
+    env["ORIGINAL_LENGTH"] = window
     env["NUM_QUERY_GROUPS"] = str(record.query_groups)
     return record
+
+
+def _te_installed() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def _cuda_available() -> bool:
+    import torch  # only where Transformer Engine is installed (torch loads in seconds)
+
+    return torch.cuda.is_available()
+
+
+def transformer_impl(extra: list[str]) -> tuple[str, str]:
+    """The ``--transformer-impl`` the machine can run and why (the script's one note line):
+    ``transformer_engine`` where Transformer Engine is installed and a CUDA GPU is visible, else
+    ``local`` (Megatron's own layers, which also run on a CPU). A ``--transformer-impl`` among
+    the ``extra`` flags is the user's choice: kept, and refused here when it is
+    ``transformer_engine`` without a GPU (each rank would refuse it after start-up)."""
+    given = [f.partition("=")[2] or (extra[i + 1] if i + 1 < len(extra) else "")
+             for i, f in enumerate(extra) if f.partition("=")[0] == "--transformer-impl"]
+    if given:
+        if given[-1] == "transformer_engine":
+            if not _cuda_available():
+                check_transformer_impl(given[-1])  # the pretrain entry's one line
+            if not _te_installed():
+                raise UserError("--transformer-impl transformer_engine: Transformer Engine is "
+                                "not installed; install it, or drop the flag (the launcher "
+                                "then uses --transformer-impl local)")
+        return given[-1], "given"
+    if not _te_installed():
+        return "local", ("Transformer Engine is not installed; on GPUs install it for "
+                         "transformer_engine")
+    if not _cuda_available():
+        return "local", "no CUDA GPU visible"
+    return "transformer_engine", "a CUDA GPU and Transformer Engine are present"
 
 
 def check_launch(env: Mapping[str, str],
@@ -190,6 +266,12 @@ def check_launch(env: Mapping[str, str],
     v = {name: _int(env, name, 1) for name in _POSITIVE}
     v.update({name: _int(env, name, 0) for name in _NON_NEGATIVE})
     tp, pp, cp = v["TP"], v["PP"], v["CP"]
+    lr = env.get("LR", "2e-5")  # the script always passes it
+    try:
+        if not (math.isfinite(float(lr)) and float(lr) > 0):
+            raise ValueError
+    except ValueError:
+        raise UserError(f"LR={lr!r}: give a learning rate > 0, e.g. 2e-5") from None
     if v["MASTER_PORT"] > 65535:
         raise UserError(f"MASTER_PORT={v['MASTER_PORT']} is not a TCP port; give one in "
                         "1..65535 (e.g. 6000)")
@@ -242,8 +324,6 @@ def check_launch(env: Mapping[str, str],
     split = _split(env.get("SPLIT", ""))
     name = env.get("SIDECAR_NAME", "").strip() or None
     if name is not None:
-        from megatron_endprompt.data.sidecar.sidecar import check_sidecar_name
-
         check_sidecar_name(name)
     tokenizer = env.get("TOKENIZER", "")
     if not _placeholder(tokenizer) and not os.path.exists(tokenizer):
@@ -268,7 +348,10 @@ def check_launch(env: Mapping[str, str],
         seq_par = "1" if tp > 1 and te else "0"
     if seq_par == "1" and tp == 1:
         seq_par = "0"  # Megatron ignores it at TP=1 (and warns)
-    derived = {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par}
+    check_resume_schedule(env, list(extra or []))
+    impl, why = transformer_impl(list(extra or []))
+    derived = {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par, "TRANSFORMER_IMPL": impl,
+               "TRANSFORMER_IMPL_WHY": why}
     if record is not None:
         derived.update(ORIGINAL_LENGTH=str(L0), MODEL_FLAGS=list(record.flags))
     return derived

@@ -25,8 +25,6 @@ from megatron_endprompt.training.checks import check_startup, check_transformer_
 def main(argv: list[str] | None = None) -> None:
     """Parse flags, check sidecars, run Megatron's ``pretrain``."""
     runtime.quiet()
-    import torch
-
     argv = list(sys.argv[1:] if argv is None else argv)
     try:  # trainer: the launch-queue variable and the child reaper, in the ledger too
         layers = runtime.install(trainer=True)
@@ -82,11 +80,10 @@ def main(argv: list[str] | None = None) -> None:
         run = build_run(args, window=window, long_eval=long_eval_flags,
                         tokenizer_identity=startup_tokenizer_identity(args))  # once
         layouts = check_sidecars(args, run)
-    except UserError as exc:  # one line from rank 0 (torchrun's RANK before the group exists)
-        rank = (torch.distributed.get_rank() if torch.distributed.is_initialized()
-                else int(os.environ.get("RANK", "0")))
-        if rank == 0:
-            print(f"error: {exc}", file=sys.stderr)
+    except UserError as exc:
+        # every rank prints its line: torchrun stops the others as soon as one rank exits, so
+        # a line printed by rank 0 alone may never be written (the launch script shows it once)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     if int(os.environ.get("RANK", "0")) == 0:
         for note in dict.fromkeys([*notes, *run.notes]):

@@ -76,8 +76,9 @@ def test_model_comes_from_the_checkpoint(env):
     assert "--bf16" in words  # the default precision
     fp32 = shlex.split(_run({**env, "PRECISION": "fp32"}).stdout)
     assert "--bf16" not in fp32 and "--fp16" not in fp32
-    # a flag that agrees with the checkpoint is accepted
+    # a flag or variable that agrees with the checkpoint is accepted
     assert _run(env, "--num-layers", "30", "--rotary-base=100000").returncode == 0
+    assert _run({**env, "ORIGINAL_LENGTH": "8192"}).returncode == 0
 
 
 @pytest.mark.parametrize("args, over, says", [
@@ -88,6 +89,7 @@ def test_model_comes_from_the_checkpoint(env):
     ([], {"ROPE_BASE": "500000"}, "ROPE_BASE=500000 contradicts the checkpoint"),
     ([], {"NUM_QUERY_GROUPS": "8"}, "NUM_QUERY_GROUPS=8 contradicts"),
     ([], {"FFN_HIDDEN": "14336"}, "FFN_HIDDEN=14336 contradicts"),
+    ([], {"ORIGINAL_LENGTH": "16384"}, "ORIGINAL_LENGTH=16384 contradicts the checkpoint"),
     ([], {"TP": "2", "GPUS_PER_NODE": "2"}, "TP=2 must divide the 9 attention heads"),
     ([], {"PRECISION": "fp8"}, "PRECISION=fp8"),
 ])

@@ -29,7 +29,8 @@ def _skip_path_checks(tmp_path) -> dict[str, str]:
     """A stub checker (PYTHON) for the flag tests: the paths above are not real files (the
     checks themselves are tested in tests/examples/test_launch_checks.py)."""
     stub = tmp_path / "stub_python"
-    stub.write_text("#!/usr/bin/env bash\necho PI_FACTOR=8\necho SEQUENCE_PARALLEL=1\n")
+    stub.write_text("#!/usr/bin/env bash\necho PI_FACTOR=8\necho SEQUENCE_PARALLEL=1\n"
+                    "echo TRANSFORMER_IMPL=transformer_engine\n")
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
     return {"PYTHON": str(stub)}
 
@@ -40,7 +41,8 @@ def _captured_argv(tmp_path, **env) -> list[str]:
     fake.write_text("#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > \"$ARGV_OUT\"\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     out = tmp_path / "argv.txt"
-    full_env = _clean_env(**{**PATHS, "ARGV_OUT": str(out), **_skip_path_checks(tmp_path), **env})
+    full_env = _clean_env(**{**PATHS, "ARGV_OUT": str(out), **_skip_path_checks(tmp_path),
+                             "LOG_DIR": str(tmp_path / "logs"), **env})
     full_env["PATH"] = f"{fake.parent}:{full_env['PATH']}"
     subprocess.run(["bash", SCRIPT], env=full_env, check=True)
     return out.read_text().splitlines()
@@ -120,7 +122,8 @@ def test_help_documents_every_variable():
     variables = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)(?::-|:\?|\})", text))
     variables -= {"SLURM_NNODES", "SLURM_NODEID", "FORWARDED", "DATA_PATH", "CHECK_VARS", "var",
                   "SEQ_PARALLEL", "MODEL_ARGS", "ENDPROMPT_ARGS", "TRAIN_ARGS", "PARALLEL_ARGS",
-                  "DATA_ARGS", "CKPT_ARGS", "LOG_ARGS", "EXTRA", "ENV", "CMD", "DRY_RUN"}
+                  "DATA_ARGS", "CKPT_ARGS", "LOG_ARGS", "EXTRA", "ENV", "CMD", "DRY_RUN",
+                  "TRANSFORMER_IMPL_WHY"}
     undocumented = sorted(v for v in variables if v not in proc.stdout)
     assert not undocumented, undocumented
     assert "REPO" not in text and "VOCAB_ARGS" not in text
