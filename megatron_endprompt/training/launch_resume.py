@@ -64,7 +64,7 @@ def check_resume_schedule(env: Mapping[str, str], extra: list[str]) -> None:
     path = resolve_checkpoint_dir(out, step=args.ckpt_step)
     if path is None:
         return
-    # the saved args: Megatron's checkpoint reader (torch), imported only for a resume
+    # lazy: spares torch (Megatron's checkpoint reader), imported only for a resume
     from megatron_endprompt.training.args import loaded_checkpoint_args
 
     saved = loaded_checkpoint_args(argparse.Namespace(load=out, ckpt_step=args.ckpt_step,
