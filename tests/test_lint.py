@@ -98,7 +98,6 @@ _PENDING: dict[str, tuple[str, ...]] = {
         "data.dataset", "data.sidecar.trust", "data.split_counts", "training.checks",
     ),
     "training/checks.py": ("data.prepare.atomic_output",),
-    "training/launch_check.py": ("data.sidecar.sidecar",),
     "training/launch_flags.py": ("training.args",),
     "training/long_eval.py": ("evaluation.passkey", "evaluation.perplexity"),
     "training/pretrain.py": (
