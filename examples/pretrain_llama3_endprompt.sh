@@ -28,8 +28,9 @@
 # - CP at evaluation lengths: training at P = 8192 needs no CP (CP=1). Evaluating (or
 #   validating full-length text) at L does: attention activations grow with L. Split the sequence
 #   with CP so that L / CP stays near the trained physical length, e.g. 64K: CP=8 (8K per rank)
-#   or CP=4 (16K); 128K: CP=16 (or CP=8 with TP=8). CP needs TE attention
+#   or CP=4 (16K); 128K: CP=16 (or CP=8 with TP=8). CP needs TE attention on GPUs
 #   (--transformer-impl transformer_engine), L divisible by 2*CP, and DP*TP*PP*CP = world size.
+#   Without a GPU (append --transformer-impl local) CP runs on the CPU runtime's CP attention.
 # - Llama-2 7B (4K window, RoPE base 10000, 32 heads, no GQA, vocab 32000, FFN 11008):
 #   SEQ_LENGTH=4096 ORIGINAL_LENGTH=4096 TARGET_LENGTH=32768 PI_FACTOR=8 ROPE_BASE=10000 NUM_QUERY_GROUPS=32
 #   FFN_HIDDEN=11008 TOKENIZER_TYPE=Llama2Tokenizer TOKENIZER=/models/llama2/tokenizer.model.
@@ -90,7 +91,7 @@ Data and model
 Parallelism and launch (torchrun)
   NNODES (SLURM_NNODES or 1)   NODE_RANK (SLURM_NODEID or 0)   GPUS_PER_NODE (8)
   MASTER_ADDR (localhost)      MASTER_PORT (6000)
-  TP (4)  PP (1)  CP (1)       CP>1 needs Transformer Engine
+  TP (4)  PP (1)  CP (1)       CP>1 needs Transformer Engine on GPUs (on CPU: the runtime's)
   SEQUENCE_PARALLEL (auto)     1/0; auto: on when TP>1 and Transformer Engine is importable
   PYTHON (torchrun's python)   interpreter that runs the start-up checks
 

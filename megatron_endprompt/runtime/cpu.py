@@ -6,7 +6,9 @@ Installed by ``runtime.install()`` only when ``torch.cuda.is_available()`` is Fa
   that rewrites CUDA device arguments to CPU in every thread, ``Tensor.cuda()`` as identity,
   ``Tensor.type()`` with CUDA names for Megatron, and ``torch.cuda`` stand-ins;
 * the Megatron layer (:mod:`megatron_endprompt.runtime.cpu_megatron`): ``allow_no_cuda``,
-  RNG state on the CPU generator, resume RNG at train start.
+  RNG state on the CPU generator, resume RNG at train start;
+* the context-parallel core attention (:mod:`megatron_endprompt.runtime.cp_attention`): the
+  local layer spec's attention, stock at CP == 1, exact all-gather attention at CP > 1.
 
 Runs then need the flags of :data:`CPU_ARGS` (gloo, the local layer spec, no CUDA fusions);
 the pretrain entry adds the ones the user did not set.
@@ -48,6 +50,8 @@ def with_cpu_args(argv: list[str]) -> list[str]:
 
 def install_cpu_layer(ledger: Ledger) -> None:
     """Apply the torch and Megatron CPU patches through ``ledger``."""
+    # imported here: these modules import Megatron, which the runtime's callers load later
+    from megatron_endprompt.runtime.cp_attention import install_cp_attention
     from megatron_endprompt.runtime.cpu_megatron import install_megatron_cpu_patches
     from megatron_endprompt.runtime.cpu_torch import install_torch_patches
 
@@ -56,3 +60,4 @@ def install_cpu_layer(ledger: Ledger) -> None:
     set_env_default(ledger, "CUDA_DEVICE_MAX_CONNECTIONS", "1", patch="cpu-env")
     install_torch_patches(ledger)
     install_megatron_cpu_patches(ledger)
+    install_cp_attention(ledger)

@@ -34,6 +34,10 @@ FINGERPRINTS: dict[str, dict[str, str]] = {
         "0.19.2": "ae6bc340b780",
         "0.20.0": "e44560227b03",
     },
+    "_warmup_jit_function": {
+        "0.18.2": "105152d47917",
+        "0.19.2, 0.20.0": "8430b80612b6",
+    },
     "train": {
         "0.18.2": "efc4ce2ad990",
         "0.19.2": "78022ba81583",
@@ -151,9 +155,36 @@ def patch_resume_rng_at_train_start(ledger: Ledger) -> None:
     ledger.replace(mt_training, "train", train, patch=_PATCH)
 
 
+def patch_jit_warmup_rng(ledger: Ledger) -> None:
+    """Keep the CPU generator where it was across Megatron's JIT warm-up.
+
+    ``pretrain()`` warms its fused bias/activation functions on ``torch.rand`` tensors of this
+    layout's shape (``seq_length / CP``, ``/ TP`` under sequence parallelism) before it builds
+    the model. On a GPU they draw from the CUDA generator, and ``--use-cpu-initialization``
+    initialises the weights from the untouched CPU generator, so every TP/CP layout starts from
+    the same weights. On the CPU runtime the two generators are one: without this, a CP=2 run
+    would start from other weights than the CP=1 run of the same seed.
+    """
+    import megatron.training.initialize as mt_init
+
+    original = ledger.check(mt_init, "_warmup_jit_function",
+                            FINGERPRINTS["_warmup_jit_function"], patch=_PATCH)
+
+    @functools.wraps(original)
+    def _warmup_jit_function(*args: Any, **kwargs: Any) -> Any:
+        state = torch.get_rng_state()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            torch.set_rng_state(state)
+
+    ledger.replace(mt_init, "_warmup_jit_function", _warmup_jit_function, patch=_PATCH)
+
+
 def install_megatron_cpu_patches(ledger: Ledger) -> None:
     """Apply every Megatron-level CPU patch."""
     patch_initialize_megatron(ledger)
     patch_rng_state_functions(ledger)
     patch_rng_tracker_warning(ledger)
     patch_resume_rng_at_train_start(ledger)
+    patch_jit_warmup_rng(ledger)

@@ -9,6 +9,8 @@ warning). Each is refused here with one line naming the flag and the fix.
 ``--transformer-impl transformer_engine`` without a CUDA device is refused too (Transformer
 Engine's modules cannot be built on a CPU, installed or not), and so are the Megatron features
 that cannot carry EndPrompt's positions (combined 1F1B, CUDA graphs, MTP with a hybrid pattern).
+``--context-parallel-size`` > 1 needs Transformer Engine's attention on a GPU; on a CPU the
+runtime's context-parallel attention serves it.
 
 Blend sources: ``--data-path``, ``--data-args-path`` (a file with the same tokens),
 ``--{train,valid,test}-data-path`` and ``--per-split-data-args-path`` (JSON), all parsed by
@@ -28,6 +30,7 @@ from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
 from megatron_endprompt.disk import writable_ancestor
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.runtime import installed_layers
 from megatron_endprompt.window import MAX_POSITION
 
 __all__ = ["blends", "blend_prefixes", "check_startup", "check_target_length",
@@ -345,12 +348,14 @@ def _check_tokenizer(args: argparse.Namespace) -> None:
 
 def _check_context_parallel(args: argparse.Namespace) -> None:
     """Megatron's context parallelism runs only in Transformer Engine's attention
-    (``TEDotProductAttention``); with the local attention both ranks die after the model is
-    built, on Megatron's assertion."""
+    (``TEDotProductAttention``) on a GPU; with the local attention both ranks die after the
+    model is built, on Megatron's assertion. Without CUDA the CPU runtime serves the local layer
+    spec a context-parallel attention (:mod:`megatron_endprompt.runtime.cp_attention`), so CP is
+    accepted where that runtime layer is installed."""
     import importlib.util
 
     cp = getattr(args, "context_parallel_size", 1) or 1
-    if cp <= 1:
+    if cp <= 1 or installed_layers()["cpu"]:
         return
     impl = getattr(args, "transformer_impl", None)
     te = importlib.util.find_spec("transformer_engine") is not None

@@ -88,3 +88,38 @@ def rope_utils_apply(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         mrope_section=None,
     )
     return apply_rotary_pos_emb(t, freqs, config, cp_group=object())
+
+
+class _CPGroup:
+    """A CP process group of ``size`` ranks seen from ``rank`` (``size()``/``rank()``, as
+    ``torch.distributed.ProcessGroup``)."""
+
+    def __init__(self, size: int, rank: int) -> None:
+        self._size, self._rank = size, rank
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_model_rope_call_under_cp_uses_the_sliced_positions_once(mixed: bool) -> None:
+    """The model's length-only call (``rotary_pos_emb(rotary_seq_len)``, the full length under
+    CP) inside ``call_positions`` returns exactly this rank's rows of the full freqs: the
+    positions handed in are already zig-zag sliced and are not sliced again (stock
+    ``RotaryEmbedding.forward`` slices its table per CP rank)."""
+    cp_size, L = 2, 65536
+    layouts = [(40, 24), (10, 54), (63, 1)] if mixed else [(40, 24)] * 3
+    pos = positions(layouts, L)  # [B, 64]
+    full = EndPromptRotaryEmbedding(kv_channels=HEAD_DIM, pi_factor=8.0,
+                                    use_cpu_initialization=True)(pos)
+    for rank in range(cp_size):
+        rope = EndPromptRotaryEmbedding(kv_channels=HEAD_DIM, pi_factor=8.0,
+                                        use_cpu_initialization=True,
+                                        cp_group=_CPGroup(cp_size, rank))
+        local_pos = zigzag_slice(pos, cp_size=cp_size, cp_rank=rank)
+        with rope.call_positions(local_pos):
+            got = rope(pos.shape[1])  # what GPTModel asks: rotary_seq_len = S_local * CP
+        assert torch.equal(got, zigzag_slice(full, cp_size=cp_size, cp_rank=rank, seq_dim=0))

@@ -75,6 +75,7 @@ def test_uninstall_restores_every_original() -> None:
         import megatron.core.datasets.utils as ds_utils
         import megatron.core.tensor_parallel.random as mp_random
         import megatron.training.training as mt_training
+        from megatron.core.models.backends import LocalSpecProvider
         from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
         from torch.overrides import _get_current_function_mode_stack
 
@@ -89,6 +90,8 @@ def test_uninstall_restores_every_original() -> None:
                              DistributedOptimizer.load_state_dict),
                 "filters": list(logging.getLogger(
                     "megatron.core.tensor_parallel.random").filters),
+                # the local layer spec's attention: the CPU layer's context-parallel one
+                "core_attention": LocalSpecProvider().core_attention(),
             }
 
         before = snapshot()
