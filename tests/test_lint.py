@@ -93,7 +93,6 @@ _PENDING: dict[str, tuple[str, ...]] = {
     ),
     "planning/megatron_formulas.py": ("runtime",),
     "runtime/__init__.py": ("runtime.cpu", "runtime.rope", "runtime.wheel"),
-    "runtime/cpu.py": ("runtime.cpu_megatron", "runtime.cpu_torch"),
     "training/args.py": (
         "data.dataset", "data.sidecar.trust", "data.split_counts", "training.checks",
     ),

@@ -50,9 +50,12 @@ def with_cpu_args(argv: list[str]) -> list[str]:
 
 def install_cpu_layer(ledger: Ledger) -> None:
     """Apply the torch and Megatron CPU patches through ``ledger``."""
-    # imported here: these modules import Megatron, which the runtime's callers load later
+    # These modules import torch and Megatron, which the runtime's callers load later:
+    # lazy: spares Megatron
     from megatron_endprompt.runtime.cp_attention import install_cp_attention
+    # lazy: spares Megatron
     from megatron_endprompt.runtime.cpu_megatron import install_megatron_cpu_patches
+    # lazy: spares torch
     from megatron_endprompt.runtime.cpu_torch import install_torch_patches
 
     # Megatron requires this for TP>1 (it orders kernel launches on one CUDA queue); on CPU
