@@ -15,7 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 
+from megatron_endprompt import runtime
+from megatron_endprompt.cli import convert, inspect, preprocess
+from megatron_endprompt.cli import eval as evaluate
 from megatron_endprompt.cli.kit import entry
+from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import run_cli
 
 
@@ -38,12 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-train", action="store_true")
     args = p.parse_args(argv)
 
-    from megatron_endprompt import runtime
-
     runtime.quiet()
-    from megatron_endprompt.cli import inspect, preprocess
-    from megatron_endprompt.data.prepare.synthetic import train_sentencepiece, write_corpus
-
     os.makedirs(args.workdir, exist_ok=True)
     w = lambda name: os.path.join(args.workdir, name)  # noqa: E731
     corpus = write_corpus(w("corpus.jsonl"), num_docs=args.docs, seed=0)
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     _run_tool(inspect.main, [w("endprompt_prompt_pose"), "--index", "1"])
     _show_datasets(args, w, spm)
     if not args.skip_train:
+        # lazy: spares torch at start-up (--skip-train never trains)
         from megatron_endprompt.demo_train import train_tiny
 
         losses = train_tiny(workdir=args.workdir, tokenizer_model=spm,
@@ -72,8 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         first, last = losses[min(losses)], losses[max(losses)]
         print(f"training loss: iteration {min(losses)} {first:.4f} -> iteration "
               f"{max(losses)} {last:.4f} ({'falls' if last < first else 'DOES NOT FALL'})")
-        from megatron_endprompt.cli import convert
-
         _run_tool(convert.main, ["megatron-to-hf", "--checkpoint", w("checkpoints"),
                                  "--output", w("hf_export"), "--overwrite", "--no-progress"])
         _evaluate(args, w, corpus)
@@ -106,8 +105,6 @@ def _evaluate(args, w, corpus: str) -> None:
     """The exported model at length: RULER's synthetic subset at L/2 and L (essay tasks on the
     shipped substitute haystack), passkey at three depths, per-document PPL; the heatmap and
     the PPL plot."""
-    from megatron_endprompt.cli import eval as evaluate
-
     half, full = str(args.target_length // 2), str(args.target_length)
     _run_tool(evaluate.main, [
         "--hf-dir", w("hf_export"), "--tasks", DEMO_RULER_TASKS, "--lengths", f"{half},{full}",
@@ -129,8 +126,8 @@ def _show_datasets(args, w, spm: str) -> None:
     from megatron.core.datasets.blended_megatron_dataset_builder import \
         BlendedMegatronDatasetBuilder
 
+    # lazy: spares torch and Megatron at start-up (--help, the corpus and preprocessing steps)
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     tok = build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",
                                         tokenizer_model=spm))

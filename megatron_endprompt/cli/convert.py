@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.make_vocab_size_divisible_by < 1:
             raise UserError(f"--make-vocab-size-divisible-by {args.make_vocab_size_divisible_by} "
                             "must be >= 1 (Megatron's default is 128)")
+        # lazy: spares torch and Megatron at start-up (--help, the flag checks above)
         from megatron_endprompt.conversion import HFToMegatronOptions, convert_hf_to_megatron
 
         summary = convert_hf_to_megatron(HFToMegatronOptions(
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
               "the conversion record beside it, which lists its Megatron flags for other "
               "launchers)")
         return 0
+    # lazy: spares torch and Megatron at start-up (--help, the flag checks below)
     from megatron_endprompt.conversion import MegatronToHFOptions, convert_megatron_to_hf
 
     if args.target_length is not None and args.target_length <= 0:

@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
                                          terminal_from_args)
+from megatron_endprompt.data.coverage import coverage_line
+from megatron_endprompt.data.prepare.preprocess import (PreprocessOptions, format_summary,
+                                                         preprocess)
+from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 from megatron_endprompt.data.tokenize.gpt2_files import gpt2_files_only, wrapped_gpt2_files
+from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
 from megatron_endprompt.errors import UserError, user_errors
 
 
@@ -86,10 +91,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, tokenizer_type: str, tokenizer_model: str | None) -> dict:
     """Validate the options, preprocess, print the summary (returned)."""
-    # function-local: the pipeline imports torch/Megatron, spared for --help and early refusals
-    from megatron_endprompt.data.prepare.preprocess import PreprocessOptions, format_summary, preprocess
-    from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec
-
     with user_errors():
         terminal = terminal_from_args(args)
         layout = layout_from_args(args, terminal)
@@ -116,13 +117,9 @@ def _run(args: argparse.Namespace, tokenizer_type: str, tokenizer_model: str | N
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
-        from megatron_endprompt.data.coverage import coverage_line
-        from megatron_endprompt.data.sidecar.sidecar import sidecar_path
-
         coverage = coverage_line(opts.prefix, summary)
         if coverage:
             print(f"layout coverage: {coverage}")
-
         print(f"wrote {opts.prefix}.bin, .idx, {sidecar_path(opts.prefix, args.name)}")
     return summary
 

@@ -28,10 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from megatron_endprompt import launch
 from megatron_endprompt.checkpoint_dir import TRACKER_FILE, resolve_checkpoint_dir
 from megatron_endprompt.conversion.writer_failure import writer_errors, writer_os_error
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model import EndPromptHybridModel
+from megatron_endprompt.runtime import cpu_checkpoint_io
 
 __all__ = [
     "TRACKER_FILE",
@@ -60,10 +62,7 @@ def padded_vocab_size(vocab_size: int, *, divisible_by: int = 128,
 def single_process_group() -> Iterator[None]:
     """The single-process Megatron setup (gloo, world size 1, TP=PP=1) plus
     :func:`~megatron_endprompt.runtime.cpu_checkpoint_io` without CUDA, for the duration."""
-    from megatron_endprompt.launch import single_process_group as _single
-    from megatron_endprompt.runtime import cpu_checkpoint_io
-
-    with _single(), cpu_checkpoint_io():
+    with launch.single_process_group(), cpu_checkpoint_io():
         yield
 
 

@@ -23,6 +23,7 @@ import functools
 import math
 import warnings
 
+from megatron_endprompt import runtime
 from megatron_endprompt.planning.presets import ModelSpec
 
 __all__ = ["MegatronAccounting", "megatron_namespace", "padded_vocab_size"]
@@ -39,8 +40,6 @@ def padded_vocab_size(vocab: int, tp: int) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
-    from megatron_endprompt import runtime
-
     runtime.quiet()
     with warnings.catch_warnings():  # "Apex is not installed..." import chatter
         warnings.simplefilter("ignore")
@@ -129,8 +128,6 @@ class MegatronAccounting:
     def train_flops(self, batch_size: int) -> float:
         """Megatron's ``num_floating_point_operations(args, batch_size)``: model FLOPs of one
         global batch of ``batch_size`` sequences of ``seq_length`` tokens (forward + backward)."""
-        from megatron_endprompt import runtime
-
         runtime.quiet()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
