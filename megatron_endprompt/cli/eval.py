@@ -10,9 +10,8 @@ import re
 
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval_backend
-from megatron_endprompt.evaluation.report import markdown_table
-from megatron_endprompt.evaluation.suite import TASK_NAMES, EvalConfig, resolve_tasks, run_eval
+from megatron_endprompt.evaluation.report.tables import markdown_table
+from megatron_endprompt.evaluation.suite import EvalConfig, evaluate, resolve_tasks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,7 +192,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
-    results = run_lm_eval_backend(cfg) if args.backend == "lm-eval" else run_eval(cfg)
+    results = evaluate(cfg)
     print(markdown_table(results))
     print("wrote " + ", ".join(results.get("written", [])))
     return 0
@@ -202,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 cli = entry(main)
 
 
-__all__ = ["build_parser", "main", "cli", "parse_lengths", "parse_depths", "config_from_args",
-           "TASK_NAMES"]
+__all__ = ["build_parser", "main", "cli", "parse_lengths", "parse_depths", "config_from_args"]
 
 if __name__ == "__main__":
     cli()

@@ -12,12 +12,17 @@ import shutil
 import pytest
 
 from megatron_endprompt.cli import eval as eval_cli
-from megatron_endprompt.evaluation import humaneval, longbench, paper_report, ruler_qa, runner
-from megatron_endprompt.evaluation.longbench_metrics import score_prediction
-from megatron_endprompt.evaluation.prompt import TextTokens
-from megatron_endprompt.evaluation.scoring import string_match_part
+from megatron_endprompt.evaluation.short_text import humaneval
+from megatron_endprompt.evaluation.longbench import run as longbench
+from megatron_endprompt.evaluation.report import paper as paper_report
+from megatron_endprompt.evaluation.ruler import qa as ruler_qa
+from megatron_endprompt.evaluation.core import runner
+from megatron_endprompt.evaluation.longbench.metrics import score_prediction
+from megatron_endprompt.evaluation.core.prompt import TextTokens
+from megatron_endprompt.evaluation.core.scoring import string_match_part
+from tests.evaluation.tiny_tokenizers import FIXTURES
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIX = FIXTURES
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +114,7 @@ def test_humaneval_sandbox():
 
 @pytest.mark.slow
 def test_short_text_through_lm_eval(model_tok):
-    from megatron_endprompt.evaluation.short_text import run_short_text
+    from megatron_endprompt.evaluation.short_text.run import run_short_text
 
     model, tok = model_tok
     res = run_short_text(model, tok, os.path.join(FIX, "short_text"), length=512, limit=2)

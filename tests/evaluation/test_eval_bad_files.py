@@ -11,7 +11,7 @@ import os
 import pytest
 
 from megatron_endprompt.cli import eval as eval_cli
-from megatron_endprompt.evaluation import runner
+from megatron_endprompt.evaluation.core import runner
 
 GOOD_MMLU = {"question": "q?", "subject": "s", "choices": ["a", "b", "c", "d"], "answer": 1}
 

@@ -1,0 +1,2 @@
+"""Short-text retention: MMLU, GSM8K and HellaSwag through lm-eval on local files (``run``,
+``mmlu``) and HumanEval executed in a sandbox (``humaneval``)."""
