@@ -10,6 +10,7 @@ import re
 
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.errors import UserError
+from megatron_endprompt.evaluation.core.config import MAX_DEPTHS
 from megatron_endprompt.evaluation.report.tables import markdown_table
 from megatron_endprompt.evaluation.suite import EvalConfig, evaluate, resolve_tasks
 
@@ -125,8 +126,8 @@ def parse_lengths(text: str) -> list[int]:
 def parse_depths(args: argparse.Namespace) -> list[float]:
     """``--depths`` / ``--num-depths`` -> depths in [0, 1]."""
     if args.num_depths is not None:
-        if args.num_depths < 1:
-            raise UserError("--num-depths must be >= 1")
+        if not 1 <= args.num_depths <= MAX_DEPTHS:
+            raise UserError(f"--num-depths {args.num_depths}: give 1 to {MAX_DEPTHS} depths")
         n = args.num_depths
         return [0.5] if n == 1 else [round(i / (n - 1), 6) for i in range(n)]
     out = []

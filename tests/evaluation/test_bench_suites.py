@@ -171,11 +171,12 @@ def test_cli_benchmarks_and_report(tiny_model_dir, tmp_path, run_tool):
 
 def test_cli_errors(tiny_model_dir, tmp_path, run_tool):
     base = ["--hf-dir", tiny_model_dir, "--lengths", "600", "--output", tmp_path / "r.json"]
+    empty = tmp_path / "empty"  # a data folder apart from the output (one inside is refused)
+    empty.mkdir()
     rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "qa_1"])
     assert rc == 2 and "--qa-dir" in err and "Traceback" not in err
-    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "none", "--longbench-dir",
-                                          tmp_path])
+    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "none", "--longbench-dir", empty])
     assert rc == 2 and "no LongBench file" in err
-    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "qa_2", "--qa-dir", tmp_path])
+    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "qa_2", "--qa-dir", empty])
     assert rc == 2 and "hotpotqa.json" in err
     assert not (tmp_path / "r.json").exists()

@@ -8,9 +8,23 @@ import os
 from dataclasses import dataclass, field
 
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.evaluation.core.results_io import check_weights_readable
+from megatron_endprompt.evaluation.core.results_io import (check_outputs_apart,
+                                                         check_weights_readable, output_paths)
 
-__all__ = ["EvalConfig"]
+__all__ = ["EvalConfig", "MAX_LENGTH", "MAX_SAMPLES", "MAX_DEPTHS", "MAX_BATCH_SIZE", "MAX_SEED"]
+
+#: Longest length any run may ask for (tokens): 32x the paper's 64K. A typo such as ``4096k``
+#: is refused at once instead of building prompts for hours; the model's own bound
+#: (``suite.MAX_LENGTH_FACTOR`` x ``max_position_embeddings``) is checked once its config is read.
+MAX_LENGTH = 1 << 21
+#: Most prompts per task x length: 20x RULER's ``NUM_SAMPLES`` (500).
+MAX_SAMPLES = 10_000
+#: Most needle depths (``--depths`` / ``--num-depths``): one per percent, 0% to 100%.
+MAX_DEPTHS = 101
+#: Largest generation batch.
+MAX_BATCH_SIZE = 1024
+#: Largest seed: numpy's (and lm-eval's) seeds are unsigned 32-bit.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(kw_only=True)
@@ -93,27 +107,24 @@ class EvalConfig:
                             "legacy-stream")
         if not self.lengths:
             raise UserError("--lengths: give at least one length")
+        self._check_sizes()
         if not os.path.isdir(self.hf_dir):
             raise UserError(f"--hf-dir {self.hf_dir}: no such directory")
         if not os.path.isfile(os.path.join(self.hf_dir, "config.json")):
             raise UserError(f"--hf-dir {self.hf_dir}: no config.json; give an HF model "
                             "directory (e.g. the converter's output)")
-        check_weights_readable(self.hf_dir)
         for flag, path in (("--qa-dir", self.qa_dir), ("--longbench-dir", self.longbench_dir),
                            ("--short-text-dir", self.short_text_dir)):
             if path is not None and not os.path.isdir(path):
                 raise UserError(f"{flag} {path}: no such directory")
+        self._check_outputs()  # before the first file is opened
+        check_weights_readable(self.hf_dir)
         if (self.longbench_lengths or self.longbench_e) and not self.longbench_dir:
             raise UserError("--longbench-lengths / --longbench-e need --longbench-dir DIR")
         if not self.tasks and not (self.longbench_dir or self.short_text_dir):
             raise UserError("--tasks none: give --longbench-dir or --short-text-dir, or tasks")
         if "ppl" in self.tasks and not self.ppl_data:
             raise UserError("--tasks ppl needs --ppl-data FILE (PG19-style .jsonl or .txt)")
-        if self.output.endswith((".md", ".png")):
-            raise UserError(f"--output {self.output}: give the JSON path (FILE.json)")
-        if os.path.isdir(self.output):
-            raise UserError(f"--output {self.output} is a directory; give the JSON path, e.g. "
-                            f"{os.path.join(self.output, 'results.json')}")
         if self.haystack is not None and self.backend != "native":
             raise UserError("--haystack is read by the native backend only (lm-eval's essay "
                             "tasks read its own copy); drop --haystack")
@@ -123,3 +134,55 @@ class EvalConfig:
             if not torch.cuda.is_available():
                 raise UserError(f"--device {self.device}: CUDA is not available here; use "
                                 "--device cpu")
+
+    def _check_sizes(self) -> None:
+        """Every size flag within its bound (before any work: ``--num-depths 10**9`` or
+        ``--samples 10**9`` would build prompts for hours)."""
+        for flag, values, high in (("--lengths", self.lengths, MAX_LENGTH),
+                                   ("--longbench-lengths", self.longbench_lengths, MAX_LENGTH),
+                                   ("--samples", [self.samples or 1], MAX_SAMPLES),
+                                   ("--batch-size", [self.batch_size], MAX_BATCH_SIZE)):
+            over = [v for v in values if v > high]
+            if over:
+                hint = (" (omit --samples for all of lm-eval's documents)"
+                        if flag == "--samples" and self.backend != "native" else "")
+                raise UserError(f"{flag} {over[0]}: at most {high:,}{hint}; give a smaller "
+                                "value")
+            if any(v < 1 for v in values):
+                raise UserError(f"{flag}: every value must be >= 1")
+        if not 1 <= len(self.depths) <= MAX_DEPTHS:
+            raise UserError(f"--depths / --num-depths: give 1 to {MAX_DEPTHS} depths (got "
+                            f"{len(self.depths)})")
+        if any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise UserError("--depths: every depth must be in [0, 1]")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UserError(f"--seed {self.seed}: give an integer in [0, {MAX_SEED}]")
+
+    def _check_outputs(self) -> None:
+        """``--output`` names a JSON file, and every file the run writes (``FILE.json``,
+        ``FILE.md``, ``FILE_niah.png``, ``FILE_ppl.png``, ``--save-prompts``) is apart from
+        every input and from the others (before anything is opened)."""
+        if self.output.endswith((".md", ".png")):
+            raise UserError(f"--output {self.output}: give the JSON path (FILE.json)")
+        if os.path.isdir(self.output):
+            raise UserError(f"--output {self.output} is a directory; give the JSON path, e.g. "
+                            f"{os.path.join(self.output, 'results.json')}")
+        for flag, path, example in (("--output", self.output, "results.json"),
+                                    ("--save-prompts", self.save_prompts, "prompts.jsonl")):
+            if path is None:
+                continue
+            stem = os.path.basename(path[:-5] if path.endswith(".json") else path)
+            if not stem:
+                raise UserError(f"{flag} {path!r} names no file (its reports would be hidden "
+                                f"files such as .json); give a file path, e.g. "
+                                f"{os.path.join(path, example)}")
+        paths = output_paths(self.output)
+        outputs = [("--output", paths[k]) for k in ("json", "md", "niah_png", "ppl_png")]
+        if self.save_prompts is not None:
+            outputs.append(("--save-prompts", self.save_prompts))
+        inputs = [(flag, path) for flag, path in (
+            ("--hf-dir", self.hf_dir), ("--ppl-data", self.ppl_data),
+            ("--haystack", self.haystack), ("--longbench-dir", self.longbench_dir),
+            ("--short-text-dir", self.short_text_dir), ("--qa-dir", self.qa_dir),
+            *(("--lm-eval-include", p) for p in self.lm_eval_include)) if path]
+        check_outputs_apart(outputs, inputs)

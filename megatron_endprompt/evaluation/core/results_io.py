@@ -2,7 +2,9 @@
 written as each task/length finishes, and non-finite numbers (a NaN model) become ``null`` with
 one warning instead of losing the whole evaluation to ``allow_nan=False``.
 
-Small on purpose: ``cli/eval.py`` and ``report.write_reports`` call these three functions.
+Also where a run writes (``output_paths``) and the promise that writing never touches an input
+(``check_outputs_apart``: every output apart from every input and from each other, checked
+before anything is opened).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from megatron_endprompt import disk
 from megatron_endprompt.errors import UserError
 
 __all__ = ["check_weights_readable", "check_writable", "finite_or_null", "sanitized",
-           "write_json_now"]
+           "write_json_now", "output_paths", "check_outputs_apart"]
 
 
 def check_writable(path: str, *, flag: str = "--output", create: bool = True) -> None:
@@ -30,6 +32,36 @@ def check_writable(path: str, *, flag: str = "--output", create: bool = True) ->
         raise UserError(f"{flag} {path} is a directory; give a file path, e.g. "
                         f"{os.path.join(path, 'results.json')}")
     disk.check_writable(path, flag=flag, create=create)
+
+
+def output_paths(json_path: str) -> dict[str, str]:
+    """``FILE.json`` -> the paths of the JSON, markdown and PNG outputs."""
+    base = json_path[:-5] if json_path.endswith(".json") else json_path
+    return {"json": json_path if json_path.endswith(".json") else base + ".json",
+            "md": base + ".md", "niah_png": base + "_niah.png", "ppl_png": base + "_ppl.png"}
+
+
+def check_outputs_apart(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> None:
+    """Refuse (``UserError``) an output that is, contains or lies inside an input
+    (:func:`megatron_endprompt.disk.check_apart`: replacing it would destroy the input), or
+    that is, contains or lies inside another output (one would overwrite the other). Outputs
+    and inputs are ``(flag, path)`` pairs; outputs are compared by their resolved paths, as
+    they need not exist yet."""
+    for flag, path in outputs:
+        disk.check_apart(path, inputs, flag=flag)
+    resolved = [(flag, path, os.path.realpath(path)) for flag, path in outputs]
+    for i, (flag_a, a, real_a) in enumerate(resolved):
+        for flag_b, b, real_b in resolved[i + 1:]:
+            if real_a == real_b:
+                relation = "is"
+            elif real_b.startswith(real_a + os.sep):
+                relation = "contains"
+            elif real_a.startswith(real_b + os.sep):
+                relation = "lies inside"
+            else:
+                continue
+            raise UserError(f"{flag_a} {a} {relation} {flag_b} {b}; one would overwrite the "
+                            f"other: give {flag_a} a path of its own")
 
 
 def finite_or_null(value: Any, *, where: str = "", found: list[str] | None = None) -> Any:

@@ -21,7 +21,7 @@ from megatron_endprompt.evaluation.report.paper import (
     ruler_paper_average,
 )
 from megatron_endprompt.evaluation.ruler.spec import ESSAY_TASKS
-from megatron_endprompt.evaluation.core.results_io import finite_or_null, sanitized
+from megatron_endprompt.evaluation.core.results_io import finite_or_null, output_paths, sanitized
 from megatron_endprompt.evaluation.core.scoring import mean_score
 
 __all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
@@ -261,13 +261,6 @@ def plot_ppl(results: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def output_paths(json_path: str) -> dict[str, str]:
-    """``FILE.json`` -> the paths of the JSON, markdown and PNG outputs."""
-    base = json_path[:-5] if json_path.endswith(".json") else json_path
-    return {"json": json_path if json_path.endswith(".json") else base + ".json",
-            "md": base + ".md", "niah_png": base + "_niah.png", "ppl_png": base + "_ppl.png"}
 
 
 def write_tables(results: dict[str, Any], json_path: str) -> list[str]:
