@@ -26,7 +26,7 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.core.prompt import PromptSample, TextTokens
 
 __all__ = ["QA_TASKS", "QA_TEMPLATE", "QA_ANSWER_PREFIX", "QA_TOKENS", "load_qa",
-           "render_qa", "make_qa_samples"]
+           "check_length", "render_qa", "make_qa_samples"]
 
 #: Our name -> (RULER dataset, file in --qa-dir).
 QA_TASKS = {"qa_1": ("squad", "squad.json"), "qa_2": ("hotpotqa", "hotpotqa.json")}
@@ -92,6 +92,9 @@ def render_qa(qas: Any, docs: Any, index: int, num_docs: int, rng: random.Random
     ``index`` with ``num_docs`` documents, and its answers."""
     qa = qas[index]
     gold, more = list(qa["context"]), list(qa.get("more_context", []))
+    if num_docs < min(len(gold), len(docs)):
+        raise ValueError(f"question {index} has {len(gold)} gold paragraph(s); {num_docs} "
+                         "document(s) cannot hold them")
     if num_docs < len(docs):
         if num_docs - len(gold) > len(more):
             pool = [i for i in range(len(docs)) if i not in gold + more]
@@ -124,6 +127,27 @@ def _fit(qas: Any, docs: Any, tokens: TextTokens, length: int, rng: random.Rando
     return best if best is not None else INCREMENT
 
 
+def _too_short(task: str, length: int, index: int, gold: int, need: int) -> ValueError:
+    return ValueError(f"{task}: length {length} cannot hold question {index} with only its "
+                      f"{gold} gold paragraph(s) ({need} tokens with the {QA_TOKENS} to "
+                      "generate); use a longer length")
+
+
+def check_length(task: str, tokens: TextTokens, *, qa_dir: str, length: int, samples: int,
+                 seed: int) -> None:
+    """Raise ``ValueError`` when a question of the first ``samples`` does not fit ``length``
+    even with its gold paragraphs alone (RULER's generator then fails on a negative
+    ``random.sample``); cheap: one short prompt per question, before the model loads."""
+    qas, docs = load_qa(qa_dir, task)
+    for index in range(min(samples, len(qas))):
+        gold = len(qas[index]["context"])
+        text, _ = render_qa(qas, docs, index, max(1, min(gold, len(docs))),
+                            random.Random(f"{seed}:{task}:{length}:{index}"), seed)
+        need = tokens.count(text) + QA_TOKENS
+        if need > length:
+            raise _too_short(task, length, index, gold, need)
+
+
 def make_qa_samples(task: str, tokens: TextTokens, *, qa_dir: str, length: int, samples: int,
                     seed: int) -> list[PromptSample]:
     """``samples`` prompts of ``task`` at ``length`` (question ``i`` for sample ``i``).
@@ -143,10 +167,10 @@ def make_qa_samples(task: str, tokens: TextTokens, *, qa_dir: str, length: int, 
             ids = tokens.array(text)
             if len(ids) + QA_TOKENS <= length:
                 break
-            if used <= 1:
-                raise ValueError(f"{task}: length {length} is too short for question {index} "
-                                 f"with one document; use a longer length")
-            used -= INCREMENT if used > INCREMENT else 1
+            gold = len(qas[index]["context"])
+            if used <= max(1, gold):
+                raise _too_short(task, length, index, gold, len(ids) + QA_TOKENS)
+            used = max(used - (INCREMENT if used > INCREMENT else 1), gold)
         out.append(PromptSample(task=task, length=length, index=index, input_ids=ids,
                                 answers=tuple(answers), metric="string_match_part",
                                 max_new_tokens=QA_TOKENS, prompt=text,

@@ -8,6 +8,7 @@ from megatron_endprompt.evaluation.core.prompt import PromptSample
 from megatron_endprompt.evaluation.core.scoring import METRICS
 from megatron_endprompt.evaluation.core.task import GenerationTask, Resource, TaskContext
 from megatron_endprompt.evaluation.ruler import sources, synthetic
+from megatron_endprompt.evaluation.ruler import qa
 from megatron_endprompt.evaluation.ruler.qa import QA_TASKS, load_qa, make_qa_samples
 from megatron_endprompt.evaluation.ruler.spec import RULER_TASKS
 
@@ -55,6 +56,11 @@ def _qa(ctx: TaskContext, name: str, length: int) -> list[PromptSample]:
                            samples=ctx.cfg.samples or 0, seed=ctx.cfg.seed)
 
 
+def _qa_fits(ctx: TaskContext, name: str, length: int) -> None:
+    qa.check_length(name, ctx.tokens, qa_dir=ctx.cfg.qa_dir or "", length=length,
+                    samples=ctx.cfg.samples or 0, seed=ctx.cfg.seed)
+
+
 def rows() -> list[GenerationTask]:
     """One row per RULER task, in RULER's order (11 synthetic, then qa_1, qa_2)."""
     out = [GenerationTask(name=name, build=_synthetic, check_length=_synthetic_fits,
@@ -62,8 +68,9 @@ def rows() -> list[GenerationTask]:
                           resources=(WORD_LISTS, ESSAY_HAYSTACK) if task.haystack == "essay"
                           else (WORD_LISTS,))
            for name, task in RULER_TASKS.items()]
-    return out + [GenerationTask(name=name, build=_qa, scorer=METRICS["string_match_part"],
-                                 resources=(QA_FILES,)) for name in QA_TASKS]
+    return out + [GenerationTask(name=name, build=_qa, check_length=_qa_fits,
+                                 scorer=METRICS["string_match_part"], resources=(QA_FILES,))
+                  for name in QA_TASKS]
 
 
 def check_haystack_read(cfg: EvalConfig, tasks: list[str]) -> str | None:
