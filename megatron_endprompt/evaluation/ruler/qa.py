@@ -128,9 +128,9 @@ def _fit(qas: Any, docs: Any, tokens: TextTokens, length: int, rng: random.Rando
 
 
 def _too_short(task: str, length: int, index: int, gold: int, need: int) -> ValueError:
-    return ValueError(f"{task}: length {length} cannot hold question {index} with only its "
-                      f"{gold} gold paragraph(s) ({need} tokens with the {QA_TOKENS} to "
-                      "generate); use a longer length")
+    return ValueError(f"{task}: length {length} is too short for question {index} even with "
+                      f"only its {gold} gold paragraph(s) ({need} tokens with the {QA_TOKENS} "
+                      "to generate); use a longer length")
 
 
 def check_length(task: str, tokens: TextTokens, *, qa_dir: str, length: int, samples: int,

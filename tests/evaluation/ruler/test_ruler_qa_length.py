@@ -24,7 +24,7 @@ def test_gold_paragraphs_past_the_length(tiny_model_dir, tmp_path, run_tool, mon
         "--output", tmp_path / "r.json", "--no-progress"])
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
-    assert lines[0].startswith(f"error: --lengths 300: {task}: length 300 cannot hold "
-                               f"question 0 with only its {gold} gold paragraph(s)"), lines[0]
+    assert lines[0].startswith(f"error: --lengths 300: {task}: length 300 is too short for "
+                               f"question 0 even with only its {gold} gold paragraph(s)"), lines[0]
     assert lines[0].endswith("use a longer length") and "Sample larger" not in err
     assert not os.listdir(tmp_path)
