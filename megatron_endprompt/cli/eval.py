@@ -44,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompts per task x length (x depth for passkey; default 5); RULER "
                         "uses 500. With --backend lm-eval: documents per task (per task x "
                         "length for RULER tasks; default: all)")
-    p.add_argument("--seed", type=int, default=42, help="RULER's default random seed")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the native tasks' prompts (default 42, RULER's) and of lm-eval "
+                        "(short text, --backend lm-eval; default: lm-eval's own seeds 0 / 1234 / "
+                        "1234 / 1234, which draw lm-eval's few-shot examples)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if "
                                                   "available, else cpu)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
@@ -175,7 +178,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         hf_dir=args.hf_dir, output=args.output, lengths=parse_lengths(args.lengths),
         tasks=tasks, depths=parse_depths(args),
         samples=args.samples if args.samples is not None or args.backend != "native" else 5,
-        seed=args.seed, device=device,
+        seed=42 if args.seed is None else args.seed, lm_eval_seed=args.seed, device=device,
         dtype=args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"),
         batch_size=args.batch_size, haystack=args.haystack, ppl_data=args.ppl_data,
         ppl_key=args.ppl_key, ppl_stride=args.ppl_stride, ppl_doc_tokens=args.ppl_doc_tokens,

@@ -52,7 +52,7 @@ def run(cfg: EvalConfig, model: Any, tokenizer: Any, results: dict[str, Any],
     if cfg.short_text_dir:
         results["short_text"] = run_short_text(model, tokenizer, cfg.short_text_dir,
                                                length=length, batch_size=cfg.batch_size,
-                                               limit=cfg.bench_limit, seed=cfg.seed,
+                                               limit=cfg.bench_limit, seed=cfg.lm_eval_seed,
                                                progress=bar, chat=cfg.chat_template == "model")
         samples = results["short_text"].pop("lm_eval_samples", [])
         if prompts_file is not None:

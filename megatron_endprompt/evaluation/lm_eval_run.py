@@ -18,6 +18,7 @@ from megatron_endprompt.evaluation.core import chat, runner
 from megatron_endprompt.evaluation.core.config import EvalConfig
 from megatron_endprompt.evaluation.core.results_io import check_writable
 from megatron_endprompt.evaluation.lm_eval.results import read_results, sample_records
+from megatron_endprompt.evaluation.lm_eval.seeds import lm_eval_seeds
 from megatron_endprompt.evaluation.lm_eval.tasks import load_tasks
 from megatron_endprompt.evaluation.report import tables as report
 
@@ -50,8 +51,7 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
         model_args={"pretrained": cfg.hf_dir, "dtype": cfg.dtype,
                     "max_length": max(cfg.lengths)},
         tasks=objects, task_manager=tm, samples=picks or None, batch_size=cfg.batch_size,
-        device=cfg.device, random_seed=cfg.seed, numpy_random_seed=cfg.seed,
-        torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+        device=cfg.device, **lm_eval_seeds(cfg.lm_eval_seed),
         apply_chat_template=cfg.chat_template == "model", log_samples=bool(cfg.save_prompts))
     if not out or "results" not in out:
         raise UserError("--backend lm-eval: lm-eval returned no results (is the model "
@@ -59,7 +59,9 @@ def run_lm_eval_backend(cfg: EvalConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"meta": {
         "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lm_eval_tasks": leaves,
         "lm_eval_include": cfg.lm_eval_include, "lengths": cfg.lengths,
-        "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
+        "samples": cfg.samples, "seed": cfg.seed,
+        "lm_eval_seeds": lm_eval_seeds(cfg.lm_eval_seed),
+        "device": cfg.device, "dtype": cfg.dtype,
         "backend": "lm-eval", "lm_eval_version": getattr(lm_eval, "__version__", None),
         "chat_template": cfg.chat_template,
         "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}

@@ -134,6 +134,10 @@ def test_short_text_through_lm_eval(model_tok):
     he = b["humaneval"]
     assert he["problems"] == 2 and he["score"] == 100 * he["passed"] / 2
     assert res["average"] == pytest.approx(sum(x["score"] for x in b.values()) / 4, abs=0.01)
+    assert res["lm_eval_seeds"] == {"random_seed": 0, "numpy_random_seed": 1234,
+                                    "torch_random_seed": 1234, "fewshot_random_seed": 1234}
+    assert he["timeout_s"] == 3.0
+    assert all("raw_output" in r for r in res["lm_eval_samples"])
 
 
 def test_paper_average_as_ruler():

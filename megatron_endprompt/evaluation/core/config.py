@@ -46,7 +46,10 @@ class EvalConfig:
     """Prompts per task x length (x depth for passkey); for ``backend="lm-eval"`` documents
     per task (per task x length for RULER), ``None`` = all of lm-eval's documents."""
     seed: int = 42
-    """RULER's default ``--random_seed``."""
+    """RULER's default ``--random_seed`` (prompts of the native tasks, torch)."""
+    lm_eval_seed: int | None = None
+    """``--seed`` as given, for lm-eval (short text, ``--backend lm-eval``); ``None``: lm-eval's
+    own default seeds (``lm_eval.seeds``)."""
     device: str = "cpu"
     dtype: str = "float32"
     batch_size: int = 1
@@ -155,8 +158,9 @@ class EvalConfig:
                             f"{len(self.depths)})")
         if any(not 0.0 <= d <= 1.0 for d in self.depths):
             raise UserError("--depths: every depth must be in [0, 1]")
-        if not 0 <= self.seed <= MAX_SEED:
-            raise UserError(f"--seed {self.seed}: give an integer in [0, {MAX_SEED}]")
+        for seed in (self.seed, self.lm_eval_seed):
+            if seed is not None and not 0 <= seed <= MAX_SEED:
+                raise UserError(f"--seed {seed}: give an integer in [0, {MAX_SEED}]")
 
     def _check_outputs(self) -> None:
         """``--output`` names a JSON file, and every file the run writes (``FILE.json``,

@@ -104,8 +104,9 @@ def sample_records(out: dict[str, Any]) -> list[dict[str, Any]]:
     one flat record per document: ``task``, ``doc_id``, ``prompt`` (the context the model got,
     shots and chat template included), ``continuations`` (multiple choice: the choices scored),
     ``target``, ``output`` (the filtered responses: generated text, or per-choice
-    ``[loglikelihood, is_greedy]``), ``filter`` and the document's metric values. An empty
-    output can then be told from a wrong one."""
+    ``[loglikelihood, is_greedy]``), ``raw_output`` (lm-eval's ``resps``: the responses before
+    the filters), ``filter`` and the document's metric values. An empty generation and a
+    wrong-format one both filter to ``[invalid]``; their raw outputs tell them apart."""
     records = []
     for task, examples in (out.get("samples") or {}).items():
         for ex in examples:
@@ -113,7 +114,8 @@ def sample_records(out: dict[str, Any]) -> list[dict[str, Any]]:
             first = args[0] if args else ()
             rec = {"task": task, "doc_id": ex.get("doc_id"),
                    "prompt": first[0] if first else None, "target": ex.get("target"),
-                   "output": ex.get("filtered_resps"), "filter": ex.get("filter")}
+                   "output": ex.get("filtered_resps"), "raw_output": ex.get("resps"),
+                   "filter": ex.get("filter")}
             if len(args) > 1 and all(len(a) == 2 and isinstance(a[1], str) for a in args):
                 rec["continuations"] = [a[1] for a in args]
             rec.update({m: ex.get(m) for m in ex.get("metrics", [])})

