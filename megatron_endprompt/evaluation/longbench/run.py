@@ -129,6 +129,7 @@ def run_longbench(model: Any, tokenizer: Any, root: str, *, length: int, limit: 
                 progress.update(len(batch))
         per_task[task] = recs
     out = summarize({t: [r["score"] for r in rs] for t, rs in per_task.items()})
+    out["items"] = {t: len(rs) for t, rs in per_task.items()}
     if e:
         out["missing"] = [t for t in spec.E_TASKS if t not in per_task]
         out["complete"] = not out["missing"]

@@ -19,7 +19,7 @@ import os
 from functools import lru_cache
 
 __all__ = ["CATEGORIES", "TASKS", "CHINESE_TASKS", "prompt_template", "max_new_tokens",
-           "NO_CHAT_TASKS", "TRUNCATION_MARGIN", "E_TASKS", "E_BUCKETS"]
+           "NO_CHAT_TASKS", "TRUNCATION_MARGIN", "E_TASKS", "E_BUCKETS", "SIZES", "E_SIZES"]
 
 #: the package's ``evaluation/assets/`` (setup.py ships it as package data)
 _ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
@@ -43,6 +43,13 @@ NO_CHAT_TASKS = ("trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p")
 E_TASKS: tuple[str, ...] = ("qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report",
                             "multi_news", "trec", "triviaqa", "samsum", "passage_count",
                             "passage_retrieval_en", "lcc", "repobench-p")
+#: Items per English task in LongBench's ``data/`` (THUDM/LongBench's test splits): what the
+#: paper's average is over; a run over fewer items is not comparable with it.
+SIZES: dict[str, int] = {**dict.fromkeys(TASKS, 200), "multifieldqa_en": 150, "lcc": 500,
+                         "repobench-p": 500}
+#: Items per LongBench-E task (``{task}_e``).
+E_SIZES: dict[str, int] = {**dict.fromkeys(E_TASKS, 300), "multifieldqa_en": 150,
+                           "multi_news": 294, "qasper": 224}
 #: LongBench ``eval.py`` ``scorer_e``: buckets by the item's ``length`` field (< 4000, < 8000,
 #: else).
 E_BUCKETS: tuple[tuple[str, float], ...] = (("0-4k", 4000), ("4-8k", 8000),

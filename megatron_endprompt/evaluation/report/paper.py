@@ -130,17 +130,25 @@ def _ruler_table(results: dict[str, Any]) -> list[str]:
         vals = [v for v in vals if v is not None]
         means.append(round(sum(vals) / len(vals), 2) if vals else None)
     rows.append(f"| mean over {len(tasks)} tasks | " + " | ".join(map(_f, means)) + " |")
+    counts = {(t, n): k for t, e in tasks.items() for n, k in (e.get("items") or {}).items()}
+    if counts:
+        same = set(counts.values())
+        rows += ["", f"Items: {same.pop()} per task x length." if len(same) == 1 else
+                 "Items per task x length: " + ", ".join(f"{t}@{n} {k}"
+                                                          for (t, n), k in counts.items()) + "."]
     rows += ["", f"4K-64K average (ours): {_f(avg['average_4k_64k'])}"]
     return rows + _paper_lines("ruler_4k_64k", ruler_reasons(results, avg), "4K-64K averages")
 
 
 def _longbench_table(results: dict[str, Any]) -> list[str]:
     lb = results["longbench"]
+    items = lb.get("items", {})
     rows = [f"### LongBench (English, context {lb['length']}, prompts cut to "
-            f"{lb['max_prompt_tokens']} tokens)", "", "| category | tasks | score |",
-            "|---|---|---|"]
+            f"{lb['max_prompt_tokens']} tokens)", "",
+            "| category | tasks (score, items) | score |", "|---|---|---|"]
     for cat, members in CATEGORIES.items():
-        cells = ", ".join(f"{t} {_f(lb['tasks'][t])}" for t in members if t in lb["tasks"])
+        cells = ", ".join(f"{t} {_f(lb['tasks'][t])} ({items.get(t, '?')})" for t in members
+                          if t in lb["tasks"])
         rows.append(f"| {cat} | {cells or 'not run'} | {_f(lb['categories'][cat])} |")
     rows.append(f"| average over categories | | {_f(lb['average'])} |")
     scores = list(lb["tasks"].values())
@@ -154,13 +162,13 @@ def _longbench_table(results: dict[str, Any]) -> list[str]:
 
 def _short_table(results: dict[str, Any]) -> list[str]:
     st = results["short_text"]
-    rows = ["### Short-text retention", "", "| benchmark | metric | shots | score |",
-            "|---|---|---|---|"]
+    rows = ["### Short-text retention", "", "| benchmark | metric | shots | items | score |",
+            "|---|---|---|---|---|"]
     for b in BENCHMARKS:
         e = st["benchmarks"].get(b)
-        rows.append(f"| {b} | {e['metric']} | {e['num_fewshot']} | {_f(e['score'])} |" if e
-                    else f"| {b} | | | not run |")
-    rows += [f"| average | | | {_f(st['average'])} |", ""]
+        rows.append(f"| {b} | {e['metric']} | {e['num_fewshot']} | {e.get('items', '?')} | "
+                    f"{_f(e['score'])} |" if e else f"| {b} | | | | not run |")
+    rows += [f"| average | | | | {_f(st['average'])} |", ""]
     return rows + _paper_lines("short_text", short_text_reasons(results),
                                "short-text averages (after an SFT phase)")
 

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from megatron_endprompt.evaluation.longbench.spec import E_SIZES as LONGBENCH_E_SIZES
+from megatron_endprompt.evaluation.longbench.spec import SIZES as LONGBENCH_SIZES
 from megatron_endprompt.evaluation.ruler.spec import ESSAY_TASKS
+from megatron_endprompt.evaluation.short_text.run import SIZES as SHORT_TEXT_SIZES
 
 __all__ = ["RULER_SAMPLES", "LONGBENCH_CONTEXT", "SHORT_TEXT_SHOTS", "ruler_reasons",
            "longbench_reasons", "short_text_reasons"]
@@ -75,7 +78,21 @@ def ruler_reasons(results: dict[str, Any], average: dict[str, Any]) -> list[str]
     if samples != RULER_SAMPLES:
         out.append(f"{samples if samples else 'all lm-eval'} sample(s) per task x length "
                    f"(RULER: {RULER_SAMPLES}, --samples {RULER_SAMPLES})")
+    else:
+        short = [f"{t}@{n} {k}" for t, e in tasks.items() for n, k in
+                 (e.get("items") or {}).items() if k < RULER_SAMPLES]
+        if short:
+            out.append(f"fewer than RULER's {RULER_SAMPLES} items in "
+                       + ", ".join(short[:6]) + (" ..." if len(short) > 6 else ""))
     return out
+
+
+def _short_items(items: dict[str, int], sizes: dict[str, int], what: str) -> list[str]:
+    """A reason when any of ``items`` (run) falls short of ``sizes`` (the benchmark's)."""
+    short = [f"{name} {n} of {sizes[name]}" for name, n in items.items()
+             if name in sizes and n < sizes[name]]
+    return [f"fewer items than {what} ({', '.join(short)}): a truncated data file or "
+            "--bench-limit"] if short else []
 
 
 def longbench_reasons(results: dict[str, Any]) -> list[str]:
@@ -88,6 +105,9 @@ def longbench_reasons(results: dict[str, Any]) -> list[str]:
     if lb.get("missing"):
         out.append(f"missing tasks {', '.join(lb['missing'])}")
     out += _limit_reason(meta, "each task")
+    out += _short_items(lb.get("items", {}),
+                        LONGBENCH_E_SIZES if lb.get("e") else LONGBENCH_SIZES,
+                        "LongBench-E's" if lb.get("e") else "LongBench's")
     if lb["length"] < LONGBENCH_CONTEXT:
         out.append(f"context {lb['length']} tokens (prompts cut to {lb['max_prompt_tokens']}), "
                    f"not the paper's {LONGBENCH_CONTEXT}")
@@ -102,6 +122,8 @@ def short_text_reasons(results: dict[str, Any]) -> list[str]:
     if st.get("missing"):
         out.append(f"missing {', '.join(st['missing'])}")
     out += _limit_reason(meta, "each benchmark")
+    out += _short_items({b: e["items"] for b, e in st["benchmarks"].items() if "items" in e},
+                        SHORT_TEXT_SIZES, "the benchmarks'")
     for bench, entry in st["benchmarks"].items():
         want = SHORT_TEXT_SHOTS[bench]
         if entry.get("num_fewshot") != want:

@@ -24,7 +24,7 @@ from megatron_endprompt.evaluation.ruler.spec import ESSAY_TASKS
 from megatron_endprompt.evaluation.core.results_io import finite_or_null, output_paths, sanitized
 from megatron_endprompt.evaluation.core.scoring import mean_score
 
-__all__ = ["depth_key", "finite", "summarize", "markdown_table", "plot_heatmap", "plot_ppl",
+__all__ = ["depth_key", "finite", "summarize", "items_note", "markdown_table", "plot_heatmap", "plot_ppl",
            "ppl_note", "metrics_markdown", "output_paths", "write_tables", "write_reports"]
 
 
@@ -71,6 +71,7 @@ def summarize(records: Sequence[dict[str, Any]], haystack: Any,
                          + haystack.source) if essay and haystack is not None else None,
             "scores": {str(n): _pct([r["score"] for r in recs if r["length"] == n])
                        for n in lengths},
+            "items": {str(n): sum(1 for r in recs if r["length"] == n) for n in lengths},
         }
         if any(r["depth"] is not None for r in recs) and depths:
             entry["by_depth"] = {str(n): {depth_key(d): _pct(
@@ -131,6 +132,17 @@ def ppl_note(ppl: dict[str, Any]) -> str:
             if parts else "Perplexity scored nothing.")
 
 
+def items_note(tasks: dict[str, Any]) -> str:
+    """How many items each task x length scored: ``"500 item(s) per task x length"`` when every
+    cell has the same count, else every cell's (``""`` when no task records items)."""
+    cells = {(t, n): k for t, e in tasks.items() for n, k in (e.get("items") or {}).items()}
+    if not cells:
+        return ""
+    if len(set(cells.values())) == 1:
+        return f"{next(iter(cells.values()))} item(s) per task x length"
+    return "items per task x length: " + ", ".join(f"{t}@{n} {k}" for (t, n), k in cells.items())
+
+
 def _fmt_metric(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
@@ -174,8 +186,9 @@ def markdown_table(results: dict[str, Any]) -> str:
         rows.append("| ppl | " + " | ".join(_fmt_ppl(by_len.get(str(n))) for n in lengths)
                     + " |")
     meta = results["meta"]
-    prompts = (f"{meta['samples'] or 'all'} sample(s) per task x length, "
-               if results.get("tasks") else "")
+    items = items_note(results.get("tasks", {}))
+    prompts = (f"{items}, " if items else f"{meta['samples'] or 'all'} sample(s) per task x "
+               "length, ") if results.get("tasks") else ""
     note = (f"\nModel `{meta['hf_dir']}` (max_position_embeddings "
             f"{meta.get('max_position_embeddings')}), {prompts}seed {meta['seed']}, "
             f"{meta['dtype']} on {meta['device']}.")

@@ -33,9 +33,12 @@ from megatron_endprompt.evaluation.lm_eval.results import sample_records
 from megatron_endprompt.evaluation.lm_eval.seeds import lm_eval_seeds
 from megatron_endprompt.evaluation.short_text.mmlu import MMLU_SHOTS, write_mmlu_tasks
 
-__all__ = ["BENCHMARKS", "FILES", "task_yaml", "run_short_text", "average"]
+__all__ = ["BENCHMARKS", "SIZES", "FILES", "task_yaml", "run_short_text", "average"]
 
 BENCHMARKS = ("mmlu", "gsm8k", "hellaswag", "humaneval")
+#: Items of each benchmark's evaluation split (MMLU test, GSM8K test, HellaSwag validation,
+#: HumanEval): a run over fewer is not comparable with a published number.
+SIZES = {"mmlu": 14_042, "gsm8k": 1_319, "hellaswag": 10_042, "humaneval": 164}
 #: benchmark -> (evaluation file, few-shot file or None)
 FILES = {"mmlu": ("mmlu_test.jsonl", "mmlu_dev.jsonl"),
          "gsm8k": ("gsm8k_test.jsonl", "gsm8k_train.jsonl"),
@@ -148,7 +151,10 @@ def _lm_eval(model: Any, tokenizer: Any, root: str, benches: list[str], *, lengt
             raise UserError(f"--short-text-dir: lm-eval gave no {shown} for {b} "
                             f"({os.path.join(root, FILES[b][0])}); check the file's fields")
         metrics = {k: v for k, v in got.items() if isinstance(v, (int, float))}
-        table[b] = {"score": round(100 * float(got[key]), 2), "metric": shown,
+        counts = (out or {}).get("n-samples") or {}
+        leaves = [t for t in counts if t == names[b] or t.startswith(names[b] + "_")]
+        items = sum(int(counts[t].get("effective", 0)) for t in leaves)
+        table[b] = {"score": round(100 * float(got[key]), 2), "metric": shown, "items": items,
                     "num_fewshot": shots[b], "lm_eval_metrics": metrics,
                     "source": "lm-eval " + getattr(lm_eval, "__version__", "?")}
         if b == "mmlu":
@@ -187,6 +193,7 @@ def run_short_text(model: Any, tokenizer: Any, root: str, *, length: int, batch_
         he = run_humaneval(model, tokenizer, os.path.join(root, FILES["humaneval"][0]),
                            length=length, limit=limit, progress=progress, chat=chat)
         table["humaneval"] = {"score": he["pass@1"], "metric": "pass@1", "num_fewshot": 0,
+                              "items": he["problems"],
                               **{k: he[k] for k in ("passed", "problems", "samples",
                                                     "sandbox", "timeout_s")}, "source": "native"}
     ordered = {b: table[b] for b in BENCHMARKS if b in table}
