@@ -24,8 +24,9 @@ class PromptSample:
 
     ``prompt`` is the text (``None`` for legacy token-built prompts, decoded when saved);
     ``input_ids`` the ids fed to the model (an int32 array for text prompts: 500 RULER prompts
-    of 64K tokens take 128 MB, not the 1.2 GB of Python ints); ``answers`` the references of ``metric`` (a key
-    of ``scoring.METRICS``); ``max_new_tokens`` the generation budget; ``depth`` the needle
+    of 64K tokens take 128 MB, not the 1.2 GB of Python ints); ``answers`` the references of
+    ``metric`` (a key of ``scoring.METRICS``, or a label when the task table's scorer scores
+    the task); ``max_new_tokens`` the generation budget; ``depth`` the needle
     depth in [0, 1] when the task has a needle (the heatmap's rows)."""
 
     task: str

@@ -24,7 +24,8 @@ from megatron_endprompt.evaluation.ruler.spec import ESSAY_TASKS
 from megatron_endprompt.evaluation.core.results_io import finite_or_null, output_paths, sanitized
 from megatron_endprompt.evaluation.core.scoring import mean_score
 
-__all__ = ["depth_key", "finite", "summarize", "items_note", "markdown_table", "plot_heatmap", "plot_ppl",
+__all__ = ["depth_key", "finite", "summarize", "items_note", "markdown_table", "plot_heatmap",
+           "plot_ppl",
            "ppl_note", "metrics_markdown", "output_paths", "write_tables", "write_reports"]
 
 

