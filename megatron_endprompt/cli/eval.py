@@ -1,7 +1,7 @@
-"""``tools/eval_longcontext.py``: RULER (synthetic tasks), passkey and per-document perplexity of
-an HF causal LM at several context lengths; writes ``FILE.json``, ``FILE.md``,
-``FILE_niah.png`` and ``FILE_ppl.png``. Parses flags into ``EvalConfig`` and prints; the
-pipeline is ``megatron_endprompt.evaluation.suite.run_eval``."""
+"""``tools/eval_longcontext.py``: RULER, passkey, perplexity, LongBench, short-text retention (or
+any lm-eval task) of an HF causal LM at several context lengths; writes ``FILE.json``,
+``FILE.md``, ``FILE_niah.png`` and ``FILE_ppl.png``. Parses flags into ``EvalConfig`` and
+prints; the pipeline is ``megatron_endprompt.evaluation.suite.evaluate``."""
 
 from __future__ import annotations
 
@@ -18,9 +18,15 @@ from megatron_endprompt.evaluation.suite import EvalConfig, evaluate, resolve_ta
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="eval_longcontext.py",
-        description="Long-context evaluation of an HF causal LM directory: RULER's synthetic "
-                    "tasks (exact where they need no download), passkey retrieval (landmark "
-                    "attention / PoSE) and per-document sliding-window perplexity.")
+        description="Long-context evaluation of an HF causal LM directory, offline from local "
+                    "files: RULER's 11 synthetic tasks (exact where they need no download) and "
+                    "qa_1/qa_2 (--qa-dir), passkey retrieval (landmark attention / PoSE), "
+                    "per-document sliding-window perplexity (--ppl-data), LongBench and "
+                    "LongBench-E (--longbench-dir), short-text retention: MMLU, GSM8K, "
+                    "HellaSwag through lm-eval and HumanEval pass@1 (--short-text-dir); or any "
+                    "lm-evaluation-harness task (--backend lm-eval). Every score is on a 0-100 "
+                    "scale; the markdown states the items behind each number and whether it "
+                    "may stand beside the EndPrompt paper's.")
     p.add_argument("--hf-dir", required=True, help="HF model directory (config, weights, "
                                                    "tokenizer); read from disk only")
     p.add_argument("--tasks", default="ruler",

@@ -148,9 +148,15 @@ def _fmt_metric(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
+#: lm-eval metrics that are fractions of items (0-1): shown x 100, on every table's scale.
+FRACTION_METRICS = frozenset({"acc", "acc_norm", "exact_match", "f1", "em", "mc1", "mc2",
+                              "contains", "pass@1", "pass_at_1", "string_match"})
+
+
 def metrics_markdown(results: dict[str, Any]) -> str:
-    """One row per task (and group) x metric: value and stderr as lm-eval reports them; empty
-    when no task has ``metrics`` (the native backend)."""
+    """One row per task (and group) x metric: value and stderr, fractions (:data:`FRACTION_METRICS`
+    and RULER's per-length scores) x 100 as every other table, the rest as lm-eval reports
+    them; empty when no task has ``metrics`` (the native backend)."""
     rows = []
     for kind in ("tasks", "groups"):
         for name, entry in results.get(kind, {}).items():
@@ -158,8 +164,13 @@ def metrics_markdown(results: dict[str, Any]) -> str:
                 if metric.isdigit() and entry.get("scores"):
                     continue  # in the per-length table
                 label = f"{name} (group)" if kind == "groups" else name
-                rows.append(f"| {label} | {metric} | {_fmt_metric(m['value'])} | "
-                            f"{_fmt_metric(m['stderr'])} |")
+                scale = 100.0 if (metric.split(",")[0] in FRACTION_METRICS
+                                  or metric.isdigit()) else 1.0
+                value, err = (None if v is None else scale * v for v in (m["value"],
+                                                                         m["stderr"]))
+                shown = f"{metric} (0-100)" if scale == 100.0 else metric
+                rows.append(f"| {label} | {shown} | {_fmt_metric(value)} | "
+                            f"{_fmt_metric(err)} |")
     if not rows:
         return ""
     return "\n".join(["| task | metric | value | stderr |", "|---|---|---|---|", *rows]) + "\n"

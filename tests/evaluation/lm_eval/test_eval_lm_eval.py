@@ -67,8 +67,8 @@ def test_custom_task_and_ruler_lengths(tiny_model_dir, tmp_path, run_tool):
     assert res["meta"]["lm_eval_seeds"] == {"random_seed": 0, "numpy_random_seed": 1234,
                                             "torch_random_seed": 1234, "fewshot_random_seed": 1234}
     md = (tmp_path / "lm" / "r.md").read_text()
-    assert "| niah_single_1 (RULER) |" in md and "| tiny_qa | exact_match |" in md
-    assert "| tiny_qa | exact_match |" in stdout
+    assert "| niah_single_1 (RULER) |" in md and "| tiny_qa | exact_match (0-100) |" in md
+    assert "| tiny_qa | exact_match (0-100) |" in stdout
 
 
 @pytest.mark.slow  # each case builds lm-eval's task index (~8 s on 2 quiet cores)
