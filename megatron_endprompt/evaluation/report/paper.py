@@ -32,7 +32,7 @@ from megatron_endprompt.evaluation.report.protocol import (longbench_reasons, ru
                                                           short_text_reasons)
 from megatron_endprompt.evaluation.ruler.qa import QA_TASKS
 from megatron_endprompt.evaluation.ruler.spec import SYNTHETIC_TASKS
-from megatron_endprompt.evaluation.short_text.run import BENCHMARKS
+from megatron_endprompt.evaluation.short_text.spec import BENCHMARKS
 
 __all__ = ["PAPER", "PAPER_ID", "PaperNumber", "RULER_13", "PAPER_LENGTHS",
            "ruler_paper_average", "comparability",

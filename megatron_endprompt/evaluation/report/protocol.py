@@ -30,7 +30,7 @@ from typing import Any
 from megatron_endprompt.evaluation.longbench.spec import E_SIZES as LONGBENCH_E_SIZES
 from megatron_endprompt.evaluation.longbench.spec import SIZES as LONGBENCH_SIZES
 from megatron_endprompt.evaluation.ruler.spec import ESSAY_TASKS
-from megatron_endprompt.evaluation.short_text.run import SIZES as SHORT_TEXT_SIZES
+from megatron_endprompt.evaluation.short_text.spec import SIZES as SHORT_TEXT_SIZES
 
 __all__ = ["RULER_SAMPLES", "LONGBENCH_CONTEXT", "SHORT_TEXT_SHOTS", "ruler_reasons",
            "longbench_reasons", "short_text_reasons"]

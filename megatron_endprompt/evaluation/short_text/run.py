@@ -32,13 +32,10 @@ from megatron_endprompt.evaluation.short_text.humaneval import run_humaneval
 from megatron_endprompt.evaluation.lm_eval.results import sample_records
 from megatron_endprompt.evaluation.lm_eval.seeds import lm_eval_seeds
 from megatron_endprompt.evaluation.short_text.mmlu import MMLU_SHOTS, write_mmlu_tasks
+from megatron_endprompt.evaluation.short_text.spec import BENCHMARKS
 
-__all__ = ["BENCHMARKS", "SIZES", "FILES", "task_yaml", "run_short_text", "average"]
+__all__ = ["FILES", "task_yaml", "run_short_text", "average"]
 
-BENCHMARKS = ("mmlu", "gsm8k", "hellaswag", "humaneval")
-#: Items of each benchmark's evaluation split (MMLU test, GSM8K test, HellaSwag validation,
-#: HumanEval): a run over fewer is not comparable with a published number.
-SIZES = {"mmlu": 14_042, "gsm8k": 1_319, "hellaswag": 10_042, "humaneval": 164}
 #: benchmark -> (evaluation file, few-shot file or None)
 FILES = {"mmlu": ("mmlu_test.jsonl", "mmlu_dev.jsonl"),
          "gsm8k": ("gsm8k_test.jsonl", "gsm8k_train.jsonl"),

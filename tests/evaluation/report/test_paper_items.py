@@ -79,7 +79,7 @@ def test_ruler_cells_short_of_500_items():
 
 def test_sizes_are_the_benchmarks():
     from megatron_endprompt.evaluation.longbench.spec import E_SIZES, E_TASKS, SIZES
-    from megatron_endprompt.evaluation.short_text.run import SIZES as SHORT
+    from megatron_endprompt.evaluation.short_text.spec import SIZES as SHORT
 
     assert SIZES == LB_SIZES and SHORT == FULL
     assert sum(E_SIZES[t] for t in E_TASKS) == 3_668  # the 13 ``_e`` configs' rows
