@@ -13,6 +13,7 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.evaluation.core.config import MAX_DEPTHS
 from megatron_endprompt.evaluation.report.tables import markdown_table
 from megatron_endprompt.evaluation.suite import EvalConfig, evaluate, resolve_tasks
+from megatron_endprompt.evaluation.task_table import task_names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(all 13), passkey, ppl; legacy / legacy_* = the old pre-RULER "
                         "prompts; none (only --longbench-dir / --short-text-dir) "
                         "(default: ruler). With --backend lm-eval: any lm-eval task, group or "
-                        "tag (e.g. niah_single_1,mmlu), or a local task under --lm-eval-include")
+                        "tag (e.g. niah_single_1,mmlu), or a local task under --lm-eval-include. "
+                        "Every name (the task table's): " + ", ".join(task_names()))
     p.add_argument("--lengths", required=True,
                    help="comma list of lengths in tokens (prompt + generated tokens), e.g. "
                         "4096,8192 or 4k,8k")

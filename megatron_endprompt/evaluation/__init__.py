@@ -11,11 +11,12 @@ Floors, bottom up (a room imports only rooms below it):
   ``longbench/`` (LongBench / LongBench-E), ``short_text/`` (MMLU, GSM8K, HellaSwag through
   lm-eval on local files; HumanEval).
 - ``report/``: the JSON, markdown and plots, the paper's layout and its comparability gate.
-- ``lm_eval/``: ``--backend lm-eval`` (any lm-evaluation-harness task) and its results.
+- ``lm_eval/``: lm-eval's tasks for ``--backend lm-eval``, its results read, its seeds.
 - Top: ``task_table`` (every generation task, one row each, and the ``--tasks`` groups),
-  ``bench_stage`` (LongBench and short text inside a run) and ``suite`` (``run_eval``: the
-  native pipeline, dispatching through the table; ``evaluate``: either backend).
+  ``bench_stage`` (LongBench and short text inside a run), ``lm_eval_run`` (the lm-eval
+  backend's run) and ``suite`` (``run_eval``: the native pipeline, dispatching through the
+  table; ``evaluate``: either backend).
 
 Adding a generation task: its module in its family's room (builder, scorer, length rule, any
-resource) and one row in ``task_table.TASKS``.
+resource) and one row in ``task_table.TASKS`` (``--tasks`` and its ``--help`` read the table).
 """

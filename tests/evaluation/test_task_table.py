@@ -82,6 +82,7 @@ def test_new_task_is_one_row(with_row, tiny_model_dir, tmp_path, run_tool):
     assert seen["loads"] == [(ROW.name,)]  # the resource: loaded once for the run
     assert seen["checks"] == [256, 512] and len(seen["scored"]) == 4
     assert f"| {ROW.name} |" in out.with_suffix(".md").read_text()
+    assert ROW.name in eval_cli.build_parser().format_help()  # --help lists the table's rows
 
 
 def test_length_rule_runs_before_the_model(with_row, tiny_model_dir, tmp_path, run_tool,
