@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Long-context evaluation (RULER's synthetic tasks, passkey, perplexity) of an HF model
-directory. See ``--help``."""
+"""Long-context evaluation (RULER, passkey, perplexity, LongBench, short-text retention, or any
+lm-eval task) of an HF model directory. See ``--help``."""
 
 import os
 import sys

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from megatron_endprompt.evaluation import ruler, ruler_sources
-from megatron_endprompt.evaluation.prompt import TextTokens
-from megatron_endprompt.evaluation.runner import load_tokenizer
+from megatron_endprompt.evaluation.ruler import synthetic as ruler
+from megatron_endprompt.evaluation.ruler import sources as ruler_sources
+from megatron_endprompt.evaluation.core.prompt import TextTokens
+from megatron_endprompt.evaluation.core.runner import load_tokenizer
 
 
 def main() -> None:

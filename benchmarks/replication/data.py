@@ -4,11 +4,11 @@ a fact stated earlier, a tokenizer, and the training prefixes.
 Three kinds of document, each ending with the recall of a fact stated before it:
 
 * ``passkey``: the evaluator's landmark-attention passkey prompt
-  (:func:`megatron_endprompt.evaluation.passkey.passkey_prompt`: task line, repeated garbage,
+  (:func:`megatron_endprompt.evaluation.passkey.passkey.passkey_prompt`: task line, repeated garbage,
   the key line, garbage, question) with the answer appended: ``... The pass key is 123.``;
 * ``niah``: the evaluator's RULER ``niah_single_1`` prompt (noise haystack, ``adjective-noun``
   key, 7-digit value; RULER's singular template from
-  :func:`megatron_endprompt.evaluation.ruler_niah.niah_template`) with the answer appended;
+  :func:`megatron_endprompt.evaluation.ruler.niah.niah_template`) with the answer appended;
 * ``fact``: :func:`megatron_endprompt.data.prepare.synthetic.document` (the repo's own corpus: a fact at
   the start, its recall at the end; varied sentences, which makes the held-out PPL mean
   something).
@@ -34,10 +34,10 @@ from collections.abc import Callable
 import numpy as np
 
 from megatron_endprompt.data.prepare import synthetic
-from megatron_endprompt.evaluation import passkey as PK
-from megatron_endprompt.evaluation.ruler_niah import niah_template
-from megatron_endprompt.evaluation.ruler_sources import random_value
-from megatron_endprompt.evaluation.ruler_spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
+from megatron_endprompt.evaluation.passkey import passkey as PK
+from megatron_endprompt.evaluation.ruler.niah import niah_template
+from megatron_endprompt.evaluation.ruler.sources import random_value
+from megatron_endprompt.evaluation.ruler.spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
 from megatron_endprompt.disk import atomic_path
 
 KINDS = ("passkey", "niah", "fact")

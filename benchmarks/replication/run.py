@@ -148,9 +148,11 @@ def held_out_lengths(hf: str, tasks: list[str], lengths: list[int]) -> dict[str,
     ``niah_multiquery`` (368) do not fit: such a cell is reported as not run, never as 0."""
     if not tasks:
         return {}
-    from megatron_endprompt.evaluation import ruler, ruler_sources, runner
-    from megatron_endprompt.evaluation.prompt import TextTokens
-    from megatron_endprompt.evaluation.ruler_spec import ESSAY_TASKS
+    from megatron_endprompt.evaluation.ruler import synthetic as ruler
+    from megatron_endprompt.evaluation.ruler import sources as ruler_sources
+    from megatron_endprompt.evaluation.core import runner
+    from megatron_endprompt.evaluation.core.prompt import TextTokens
+    from megatron_endprompt.evaluation.ruler.spec import ESSAY_TASKS
 
     tokens = TextTokens(runner.load_tokenizer(hf))  # as the evaluator loads them
     haystack = ruler_sources.load_haystack(None) if set(tasks) & set(ESSAY_TASKS) else None

@@ -1,7 +1,7 @@
-"""``tools/eval_longcontext.py``: RULER (synthetic tasks), passkey and per-document perplexity of
-an HF causal LM at several context lengths; writes ``FILE.json``, ``FILE.md``,
-``FILE_niah.png`` and ``FILE_ppl.png``. Parses flags into ``EvalConfig`` and prints; the
-pipeline is ``megatron_endprompt.evaluation.suite.run_eval``."""
+"""``tools/eval_longcontext.py``: RULER, passkey, perplexity, LongBench, short-text retention (or
+any lm-eval task) of an HF causal LM at several context lengths; writes ``FILE.json``,
+``FILE.md``, ``FILE_niah.png`` and ``FILE_ppl.png``. Parses flags into ``EvalConfig`` and
+prints; the pipeline is ``megatron_endprompt.evaluation.suite.evaluate``."""
 
 from __future__ import annotations
 
@@ -10,17 +10,24 @@ import re
 
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.evaluation.lm_eval_backend import run_lm_eval_backend
-from megatron_endprompt.evaluation.report import markdown_table
-from megatron_endprompt.evaluation.suite import TASK_NAMES, EvalConfig, resolve_tasks, run_eval
+from megatron_endprompt.evaluation.core.config import MAX_DEPTHS
+from megatron_endprompt.evaluation.report.tables import markdown_table
+from megatron_endprompt.evaluation.suite import EvalConfig, evaluate, resolve_tasks
+from megatron_endprompt.evaluation.task_table import task_names
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="eval_longcontext.py",
-        description="Long-context evaluation of an HF causal LM directory: RULER's synthetic "
-                    "tasks (exact where they need no download), passkey retrieval (landmark "
-                    "attention / PoSE) and per-document sliding-window perplexity.")
+        description="Long-context evaluation of an HF causal LM directory, offline from local "
+                    "files: RULER's 11 synthetic tasks (exact where they need no download) and "
+                    "qa_1/qa_2 (--qa-dir), passkey retrieval (landmark attention / PoSE), "
+                    "per-document sliding-window perplexity (--ppl-data), LongBench and "
+                    "LongBench-E (--longbench-dir), short-text retention: MMLU, GSM8K, "
+                    "HellaSwag through lm-eval and HumanEval pass@1 (--short-text-dir); or any "
+                    "lm-evaluation-harness task (--backend lm-eval). Every score is on a 0-100 "
+                    "scale; the markdown states the items behind each number and whether it "
+                    "may stand beside the EndPrompt paper's.")
     p.add_argument("--hf-dir", required=True, help="HF model directory (config, weights, "
                                                    "tokenizer); read from disk only")
     p.add_argument("--tasks", default="ruler",
@@ -30,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(all 13), passkey, ppl; legacy / legacy_* = the old pre-RULER "
                         "prompts; none (only --longbench-dir / --short-text-dir) "
                         "(default: ruler). With --backend lm-eval: any lm-eval task, group or "
-                        "tag (e.g. niah_single_1,mmlu), or a local task under --lm-eval-include")
+                        "tag (e.g. niah_single_1,mmlu), or a local task under --lm-eval-include. "
+                        "Every name (the task table's): " + ", ".join(task_names()))
     p.add_argument("--lengths", required=True,
                    help="comma list of lengths in tokens (prompt + generated tokens), e.g. "
                         "4096,8192 or 4k,8k")
@@ -44,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompts per task x length (x depth for passkey; default 5); RULER "
                         "uses 500. With --backend lm-eval: documents per task (per task x "
                         "length for RULER tasks; default: all)")
-    p.add_argument("--seed", type=int, default=42, help="RULER's default random seed")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the native tasks' prompts (default 42, RULER's) and of lm-eval "
+                        "(short text, --backend lm-eval; default: lm-eval's own seeds 0 / 1234 / "
+                        "1234 / 1234, which draw lm-eval's few-shot examples)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if "
                                                   "available, else cpu)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
@@ -126,8 +137,8 @@ def parse_lengths(text: str) -> list[int]:
 def parse_depths(args: argparse.Namespace) -> list[float]:
     """``--depths`` / ``--num-depths`` -> depths in [0, 1]."""
     if args.num_depths is not None:
-        if args.num_depths < 1:
-            raise UserError("--num-depths must be >= 1")
+        if not 1 <= args.num_depths <= MAX_DEPTHS:
+            raise UserError(f"--num-depths {args.num_depths}: give 1 to {MAX_DEPTHS} depths")
         n = args.num_depths
         return [0.5] if n == 1 else [round(i / (n - 1), 6) for i in range(n)]
     out = []
@@ -175,7 +186,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         hf_dir=args.hf_dir, output=args.output, lengths=parse_lengths(args.lengths),
         tasks=tasks, depths=parse_depths(args),
         samples=args.samples if args.samples is not None or args.backend != "native" else 5,
-        seed=args.seed, device=device,
+        seed=42 if args.seed is None else args.seed, lm_eval_seed=args.seed, device=device,
         dtype=args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"),
         batch_size=args.batch_size, haystack=args.haystack, ppl_data=args.ppl_data,
         ppl_key=args.ppl_key, ppl_stride=args.ppl_stride, ppl_doc_tokens=args.ppl_doc_tokens,
@@ -193,7 +204,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
-    results = run_lm_eval_backend(cfg) if args.backend == "lm-eval" else run_eval(cfg)
+    results = evaluate(cfg)
     print(markdown_table(results))
     print("wrote " + ", ".join(results.get("written", [])))
     return 0
@@ -202,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 cli = entry(main)
 
 
-__all__ = ["build_parser", "main", "cli", "parse_lengths", "parse_depths", "config_from_args",
-           "TASK_NAMES"]
+__all__ = ["build_parser", "main", "cli", "parse_lengths", "parse_depths", "config_from_args"]
 
 if __name__ == "__main__":
     cli()

@@ -1,14 +1,22 @@
-"""Long-context evaluation of an HF causal LM (``tools/eval_longcontext.py``).
+"""Long-context evaluation of an HF causal LM (``tools/eval_longcontext.py``), in rooms by task
+family over one core, behind one task table.
 
-``ruler_spec`` carries RULER's task definitions; ``ruler_niah``/``ruler_aggregate`` render its
-prompts and ``ruler`` fits them to a length (RULER's protocol); ``passkey`` is the
-landmark-attention prompt; ``perplexity`` the per-document PoSE/LongLoRA protocol; ``runner``
-loads and runs the model; ``scoring`` and ``report`` score and write; ``suite`` is the
-pipeline (``EvalConfig`` + ``run_eval``); ``lm_eval_backend`` runs any lm-evaluation-harness
-task and ``lm_eval_results`` reads its metrics. ``legacy_tasks`` holds the pre-RULER prompts
-(``legacy_*`` tasks).
-``ruler_qa`` is RULER's qa_1/qa_2 from local files; ``longbench_spec``/``longbench_metrics``/
-``longbench`` run LongBench; ``short_text`` (lm-eval on local files) and ``humaneval`` the
-short-text retention suite; ``bench_stage`` runs them inside ``run_eval``; ``paper_report``
-lays the results out as the EndPrompt paper's tables.
+Floors, bottom up (a room imports only rooms below it):
+
+- ``core/``: the prompt sample and tokenizer view, scores, loading and running the model,
+  results that survive, local JSONL, chat templates, the run's choices (``config.EvalConfig``)
+  and the task table's row type (``task.GenerationTask``, ``task.Resource``).
+- Task families: ``ruler/`` (RULER's 11 synthetic tasks and qa_1/qa_2), ``passkey/`` (passkey
+  and the pre-RULER ``legacy_*`` prompts), ``perplexity/`` (per-document sliding windows),
+  ``longbench/`` (LongBench / LongBench-E), ``short_text/`` (MMLU, GSM8K, HellaSwag through
+  lm-eval on local files; HumanEval).
+- ``report/``: the JSON, markdown and plots, the paper's layout and its comparability gate.
+- ``lm_eval/``: lm-eval's tasks for ``--backend lm-eval``, its results read, its seeds.
+- Top: ``task_table`` (every generation task, one row each, and the ``--tasks`` groups),
+  ``bench_stage`` (LongBench and short text inside a run), ``lm_eval_run`` (the lm-eval
+  backend's run) and ``suite`` (``run_eval``: the native pipeline, dispatching through the
+  table; ``evaluate``: either backend).
+
+Adding a generation task: its module in its family's room (builder, scorer, length rule, any
+resource) and one row in ``task_table.TASKS`` (``--tasks`` and its ``--help`` read the table).
 """

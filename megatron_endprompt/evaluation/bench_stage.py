@@ -1,7 +1,7 @@
 """The benchmark stage of an evaluation run (after RULER / passkey / perplexity): LongBench
 and short-text retention on the model already loaded, at the run's largest length, each
 written into the results (and the reports rewritten) as it finishes; plus the file checks that
-run before the model loads. ``cfg`` is a ``suite.EvalConfig``."""
+run before the model loads."""
 
 from __future__ import annotations
 
@@ -10,21 +10,17 @@ import os
 import time
 from typing import Any
 
-from megatron_endprompt.evaluation import report
-from megatron_endprompt.evaluation.longbench import available_tasks, load_task, run_longbench
-from megatron_endprompt.evaluation.mmlu_tasks import load_mmlu
-from megatron_endprompt.evaluation.ruler_qa import QA_TASKS, load_qa
-from megatron_endprompt.evaluation.short_text import run_short_text
+from megatron_endprompt.evaluation.core.config import EvalConfig
+from megatron_endprompt.evaluation.report import tables as report
+from megatron_endprompt.evaluation.longbench.run import available_tasks, load_task, run_longbench
+from megatron_endprompt.evaluation.short_text.mmlu import load_mmlu
+from megatron_endprompt.evaluation.short_text.run import run_short_text
 
 __all__ = ["check_files", "run"]
 
 
-def check_files(cfg: Any, gen_tasks: list[str]) -> None:
-    """RULER QA, LongBench and MMLU files are readable and well-formed (before the model
-    loads)."""
-    for task in gen_tasks:
-        if task in QA_TASKS:
-            load_qa(cfg.qa_dir or "", task)
+def check_files(cfg: EvalConfig) -> None:
+    """LongBench and MMLU files are readable and well-formed (before the model loads)."""
     if cfg.longbench_dir:
         for task in available_tasks(cfg.longbench_dir, cfg.longbench_e):
             load_task(cfg.longbench_dir, task, cfg.bench_limit, cfg.longbench_e)
@@ -33,8 +29,7 @@ def check_files(cfg: Any, gen_tasks: list[str]) -> None:
         load_mmlu(cfg.short_text_dir)
 
 
-
-def run(cfg: Any, model: Any, tokenizer: Any, results: dict[str, Any],
+def run(cfg: EvalConfig, model: Any, tokenizer: Any, results: dict[str, Any],
         bar: Any, start: float, prompts_file: Any = None) -> None:
     """LongBench at each of ``longbench_lengths`` (default: the largest length; the largest
     context is ``results["longbench"]``, every one under ``longbench_by_length``) and
@@ -57,7 +52,7 @@ def run(cfg: Any, model: Any, tokenizer: Any, results: dict[str, Any],
     if cfg.short_text_dir:
         results["short_text"] = run_short_text(model, tokenizer, cfg.short_text_dir,
                                                length=length, batch_size=cfg.batch_size,
-                                               limit=cfg.bench_limit, seed=cfg.seed,
+                                               limit=cfg.bench_limit, seed=cfg.lm_eval_seed,
                                                progress=bar, chat=cfg.chat_template == "model")
         samples = results["short_text"].pop("lm_eval_samples", [])
         if prompts_file is not None:

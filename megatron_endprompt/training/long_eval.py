@@ -165,7 +165,7 @@ class LongEvaluator:
 
     def passkey_prompts(self, length: int) -> list[tuple[list[int], list[int]]]:
         """``(prompt ids, answer ids)`` per depth; prompt + answer fit ``length``."""
-        from megatron_endprompt.evaluation.passkey import passkey_prompt
+        from megatron_endprompt.evaluation.passkey.passkey import passkey_prompt
 
         bos = self._bos()
         out = []
@@ -311,7 +311,7 @@ def _check_data(data: str) -> list[str] | None:
         return None
     if not os.path.isfile(data):
         raise ValueError(f"{flag} {data}: no such file or prefix")
-    from megatron_endprompt.evaluation.perplexity import load_documents
+    from megatron_endprompt.evaluation.perplexity.windows import load_documents
 
     try:
         texts = load_documents(data, flag=flag)

@@ -67,7 +67,7 @@ def _megatron_logits(ckpt: str, ids: torch.Tensor, pos: torch.Tensor) -> torch.T
 
 
 def _answers(model, tokenizer) -> list[list[int]]:
-    from megatron_endprompt.evaluation.runner import greedy_generate
+    from megatron_endprompt.evaluation.core.runner import greedy_generate
 
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}],
                                              add_generation_prompt=True, tokenize=True,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from megatron_endprompt.evaluation import legacy_tasks as tasks
+from megatron_endprompt.evaluation.passkey import legacy as tasks
+from tests.evaluation.tiny_tokenizers import build_tokenizer
 from tests.support.hf_configs import tiny_llama_config
 
 
@@ -23,46 +23,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def _training_text() -> list[str]:
-    """Every piece the prompts use, plus numbers, so the tokenizers learn merges for them."""
-    rng = np.random.default_rng(0)
-    lines = [tasks.PASSKEY_INTRO, tasks.PASSKEY_FILLER, tasks.PASSKEY_QUESTION,
-             tasks.NIAH_INTRO, tasks.NIAH_QUESTION, *tasks._essay_pool()[:200]]
-    for i in range(200):
-        lines.append(tasks.passkey_needle(int(rng.integers(1, 50001))))
-        key = f"{tasks._ADJECTIVES[i % 27]}-{tasks._NOUNS[i % 24]}"
-        lines.append(tasks.niah_needle(key, str(int(rng.integers(1_000_000, 9_999_999)))))
-    return lines
-
-
-def build_tokenizer(kind: str, *, extra_text: tuple[str, ...] = (), vocab_size: int = 400):
-    """A ``PreTrainedTokenizerFast`` (BPE, ``vocab_size`` tokens) of flavour ``bytelevel`` or
-    ``metaspace``, with ``<s>``/``</s>`` (BOS added, as Llama) and ``<pad>``, trained on the
-    legacy prompts plus ``extra_text``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    if kind == "bytelevel":
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        alphabet = pre_tokenizers.ByteLevel.alphabet()
-    else:
-        tok = Tokenizer(models.BPE(unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
-        alphabet = []
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                  initial_alphabet=alphabet, show_progress=False)
-    tok.train_from_iterator(_training_text() + list(extra_text) + ["\n"], trainer=trainer)
-    bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                       special_tokens=[("<s>", bos)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>", unk_token="<unk>")
 
 
 @pytest.fixture(scope="session", params=["bytelevel", "metaspace"])

@@ -12,12 +12,17 @@ import shutil
 import pytest
 
 from megatron_endprompt.cli import eval as eval_cli
-from megatron_endprompt.evaluation import humaneval, longbench, paper_report, ruler_qa, runner
-from megatron_endprompt.evaluation.longbench_metrics import score_prediction
-from megatron_endprompt.evaluation.prompt import TextTokens
-from megatron_endprompt.evaluation.scoring import string_match_part
+from megatron_endprompt.evaluation.short_text import humaneval
+from megatron_endprompt.evaluation.longbench import run as longbench
+from megatron_endprompt.evaluation.report import paper as paper_report
+from megatron_endprompt.evaluation.ruler import qa as ruler_qa
+from megatron_endprompt.evaluation.core import runner
+from megatron_endprompt.evaluation.longbench.metrics import score_prediction
+from megatron_endprompt.evaluation.core.prompt import TextTokens
+from megatron_endprompt.evaluation.core.scoring import string_match_part
+from tests.evaluation.tiny_tokenizers import FIXTURES
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIX = FIXTURES
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +114,7 @@ def test_humaneval_sandbox():
 
 @pytest.mark.slow
 def test_short_text_through_lm_eval(model_tok):
-    from megatron_endprompt.evaluation.short_text import run_short_text
+    from megatron_endprompt.evaluation.short_text.run import run_short_text
 
     model, tok = model_tok
     res = run_short_text(model, tok, os.path.join(FIX, "short_text"), length=512, limit=2)
@@ -129,6 +134,10 @@ def test_short_text_through_lm_eval(model_tok):
     he = b["humaneval"]
     assert he["problems"] == 2 and he["score"] == 100 * he["passed"] / 2
     assert res["average"] == pytest.approx(sum(x["score"] for x in b.values()) / 4, abs=0.01)
+    assert res["lm_eval_seeds"] == {"random_seed": 0, "numpy_random_seed": 1234,
+                                    "torch_random_seed": 1234, "fewshot_random_seed": 1234}
+    assert he["timeout_s"] == 3.0
+    assert all("raw_output" in r for r in res["lm_eval_samples"])
 
 
 def test_paper_average_as_ruler():
@@ -166,11 +175,12 @@ def test_cli_benchmarks_and_report(tiny_model_dir, tmp_path, run_tool):
 
 def test_cli_errors(tiny_model_dir, tmp_path, run_tool):
     base = ["--hf-dir", tiny_model_dir, "--lengths", "600", "--output", tmp_path / "r.json"]
+    empty = tmp_path / "empty"  # a data folder apart from the output (one inside is refused)
+    empty.mkdir()
     rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "qa_1"])
     assert rc == 2 and "--qa-dir" in err and "Traceback" not in err
-    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "none", "--longbench-dir",
-                                          tmp_path])
+    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "none", "--longbench-dir", empty])
     assert rc == 2 and "no LongBench file" in err
-    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "qa_2", "--qa-dir", tmp_path])
+    rc, _, err = run_tool(eval_cli.main, [*base, "--tasks", "qa_2", "--qa-dir", empty])
     assert rc == 2 and "hotpotqa.json" in err
     assert not (tmp_path / "r.json").exists()

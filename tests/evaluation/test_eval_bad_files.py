@@ -11,7 +11,7 @@ import os
 import pytest
 
 from megatron_endprompt.cli import eval as eval_cli
-from megatron_endprompt.evaluation import runner
+from megatron_endprompt.evaluation.core import runner
 
 GOOD_MMLU = {"question": "q?", "subject": "s", "choices": ["a", "b", "c", "d"], "answer": 1}
 
@@ -62,11 +62,12 @@ def test_malformed_mmlu_file(tiny_model_dir, tmp_path, run_tool, no_model, line,
 
 
 def test_length_far_past_the_window(tiny_model_dir, tmp_path, run_tool, no_model):
-    """The tiny model's window is 256 tokens: 16x is the cap, 10,000,000 is refused."""
+    """The tiny model's window is 256 tokens: 16x is the cap, 1,000,000 is refused (past
+    ``MAX_LENGTH`` every model refuses it before its config is read)."""
     cap = 16 * 256  # suite.MAX_LENGTH_FACTOR x max_position_embeddings
     rc, _, err = run_tool(eval_cli.main, [
         "--hf-dir", tiny_model_dir, "--tasks", "niah_single_1", "--lengths",
-        f"1024,{cap + 1},10000000", "--output", tmp_path / "r.json", "--no-progress"])
-    _one_error(rc, err, f"--lengths {cap + 1},10000000", "max_position_embeddings (256",
+        f"1024,{cap + 1},1000000", "--output", tmp_path / "r.json", "--no-progress"])
+    _one_error(rc, err, f"--lengths {cap + 1},1000000", "max_position_embeddings (256",
                f"at most {cap}")
     assert not os.path.exists(tmp_path / "r.json")

@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from megatron_endprompt.cli import eval as eval_cli
-from megatron_endprompt.evaluation import runner, suite
-from megatron_endprompt.evaluation.ruler_spec import RULER_TASKS, SYNTHETIC_TASKS
-from ruler_readers import perfect_answer
+from megatron_endprompt.evaluation.core import runner
+from megatron_endprompt.evaluation import suite
+from megatron_endprompt.evaluation.ruler.spec import RULER_TASKS, SYNTHETIC_TASKS
+from tests.evaluation.ruler.ruler_readers import perfect_answer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PNG = b"\x89PNG\r\n\x1a\n"

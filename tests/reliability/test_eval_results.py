@@ -10,7 +10,7 @@ import os
 import pytest
 
 from megatron_endprompt.errors import UserError, run_cli
-from megatron_endprompt.evaluation import results_io
+from megatron_endprompt.evaluation.core import results_io
 
 
 def test_finite_or_null_reports_paths():
@@ -41,7 +41,7 @@ def test_check_writable_refuses(where, tmp_path):
 def test_results_written_per_length_before_a_crash(fx, tmp_path, monkeypatch, capsys):
     """Perplexity at 64 then 128: a crash in the second length keeps the first on disk."""
     from megatron_endprompt.cli import eval as eval_cli
-    from megatron_endprompt.evaluation import perplexity
+    from megatron_endprompt.evaluation.perplexity import windows as perplexity
 
     original, calls = perplexity.run_doc_perplexity, {"n": 0}
 
