@@ -49,6 +49,8 @@ setup(
             # training: one process per rank, e.g. `torchrun --no-python endprompt-pretrain ...`
             "endprompt-pretrain=megatron_endprompt.training.pretrain:main",
             "endprompt-launch-check=megatron_endprompt.cli.launch_check:cli",
+            # the launch script's console filter (torchrun's output -> log file + quiet console)
+            "endprompt-launch-console=megatron_endprompt.cli.launch_console:main",
             "endprompt-demo=megatron_endprompt.demo:cli",
         ]
     },
