@@ -87,7 +87,7 @@ _PENDING: dict[str, tuple[str, ...]] = {
     ),
     "training/checks.py": ("data.prepare.atomic_output",),
     "training/launch_flags.py": ("training.args",),
-    "training/long_eval.py": ("evaluation.passkey", "evaluation.perplexity"),
+    "training/long_eval.py": ("evaluation.passkey.passkey", "evaluation.perplexity.windows"),
     "training/pretrain.py": (
         "data.coverage", "data.sidecar.sidecar", "runtime.versions", "training.args",
         "training.cli_args", "training.long_eval", "training.providers", "training.run",
