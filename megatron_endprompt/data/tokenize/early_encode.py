@@ -4,7 +4,8 @@ Building Megatron's tokenizer and its ``.bin`` writer imports torch, Megatron-Co
 transformers: ~4-5 s of one core before the first document could be tokenized, a third of a
 15M-token run. For ``--tokenizer-type HuggingFaceTokenizer`` with a local directory holding a
 ``tokenizer.json``, :class:`EarlyEncoding` loads that file with ``tokenizers`` alone (~0.1 s)
-and starts the Rust batch pipeline (:func:`~megatron_endprompt.data.tokenize.encode.fast_encoded`) in a
+and starts the Rust batch pipeline (:func:`~megatron_endprompt.data.tokenize.encode.fast_encoded`)
+in a
 background thread at once; the imports run meanwhile on the main thread (the Rust work runs
 without the GIL). Nothing is written until Megatron's tokenizer exists. :meth:`adopt` then
 keeps the documents already encoded — and the running pipeline — only if the file's tokenizer
