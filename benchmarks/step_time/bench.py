@@ -1,5 +1,4 @@
-"""Training-step benchmark: EndPrompt RoPE overhead, and EndPrompt at P vs full-length training at
-L.
+"""Training-step benchmark: EndPrompt RoPE overhead; EndPrompt at P vs full-length training at L.
 
 One small Llama-style Megatron-Core model (RMSNorm, SwiGLU, GQA, RoPE, no biases, output layer
 untied unless ``--tie-embeddings``), built in-process on a single rank (gloo on CPU, NCCL on CUDA,
@@ -36,22 +35,20 @@ Part 1 -- RoPE overhead at the same physical length ``P`` (target <= 1.02x).
     jobs on the cores, with one torch thread). Noise-free companions: the aten ops of one step
     (counted under a dispatch mode, CPU only; extra ops vs stock listed) with the matmul FLOPs of
     torch's ``FlopCounterMode``, and the microseconds of each variant's RoPE call and
-    ``_preprocess``
-    (best of 5 x 200/50 calls) as a fraction of a stock step.
+    ``_preprocess`` (best of 5 x 200/50 calls) as a fraction of a stock step.
 
 Part 2 -- EndPrompt at ``P`` vs full-length training at ``L = ratio * P``, same model and
 micro-batch (``--long-micro-batch``, default ``--micro-batch``). "full" is the stock ``GPTModel`` at
-``L`` with positions ``0..L-1`` (what one would
-train without EndPrompt); "endprompt" is the shared-layout EndPrompt run at ``P`` (timings reuse
-Part 1's when the micro-batches agree; ``--iters-long`` interleaved rounds, each one full step
-and ``ratio`` endprompt steps (their median kept), give the paired ratio).
+``L`` with positions ``0..L-1`` (what one would train without EndPrompt); "endprompt" is the
+shared-layout EndPrompt run at ``P`` (timings reuse Part 1's when the micro-batches agree;
+``--iters-long`` interleaved rounds, each one full step and ``ratio`` endprompt steps (their median
+kept), give the paired ratio).
     * time ideal: the model-FLOP ratio ``F(P) / F(L)`` per sample, ``F`` the training FLOPs of
       :func:`train_flops` (Megatron's ``num_floating_point_operations`` for a dense GQA/SwiGLU
       model: 3 x forward; forward = QKV/out projections ``4 S h (q + kv)``, causal core attention
-      ``2 S^2 q``, SwiGLU MLP ``6 S h f``, logits ``2 S h V`` per sample, ``q = heads *
-      kv_channels``,
-      ``kv = groups * kv_channels``). Linear terms give ``1/ratio``, attention ``1/ratio^2``; the
-      ideal lies between, by the model's own mix.
+      ``2 S^2 q``, SwiGLU MLP ``6 S h f``, logits ``2 S h V`` per sample,
+      ``q = heads * kv_channels``, ``kv = groups * kv_channels``). Linear terms give ``1/ratio``,
+      attention ``1/ratio^2``; the ideal lies between, by the model's own mix.
     * memory ideal: activations ``1/ratio`` (activation memory linear in ``S``, true with flash
       attention; the CPU local spec also stores ``S x S`` attention probabilities, so its measured
       activation ratio can beat ``1/ratio``). For total memory the ideal is

@@ -8,8 +8,7 @@ Megatron's default pad (-1) is never a stored token, and the sidecar records no 
 
 Reads only the corpus and the sidecar: with the recorded ``tokenizer.json`` still present the
 text comes from it alone (:func:`~megatron_endprompt.data.tokenize.tokenizer.json_detokenizer`),
-without
-torch or Megatron-Core.
+without torch or Megatron-Core.
 """
 
 from __future__ import annotations

@@ -2,12 +2,10 @@
 
 The window (``L``, ``L0``, ``s``, weight overrides) is resolved once, with the rest of the
 run's settings, by :mod:`megatron_endprompt.training.run`: ``L0`` defaults to the model's original
-window
-— the loaded checkpoint's ``max_position_embeddings`` when there is a checkpoint, else
+window — the loaded checkpoint's ``max_position_embeddings`` when there is a checkpoint, else
 ``--max-position-embeddings`` — and ``s`` to ``ceil(L / L0)``. At start-up every ``--data-path`` /
-``--{train,valid,test}-data-path`` prefix with a sidecar is
-checked against these flags, so a run never silently trains on a layout built for another
-target length.
+``--{train,valid,test}-data-path`` prefix with a sidecar is checked against these flags, so a run
+never silently trains on a layout built for another target length.
 """
 
 from __future__ import annotations

@@ -124,8 +124,7 @@ _LIST_FLAGS = {"--data-path": "data_path", "--train-data-path": "train_data_path
 def _resolve_names(args: argparse.Namespace) -> list[str]:
     """Prefixes given in Megatron's other spelling (``PREFIX`` for ``PREFIX_text_document`` or
     the reverse, :mod:`~megatron_endprompt.data.prepare.prefix_name`) replaced in the flags that
-    list
-    them (``--data-path``, ``--{train,valid,test}-data-path``) before Megatron reads them;
+    list them (``--data-path``, ``--{train,valid,test}-data-path``) before Megatron reads them;
     returns the notes to print. Prefixes read from a file (``--data-args-path``) are left to the
     not-found error; ``--endprompt-replay-prefixes`` is resolved where the run is built
     (:func:`~megatron_endprompt.training.run.build_run`)."""

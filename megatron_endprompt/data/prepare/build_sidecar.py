@@ -10,17 +10,15 @@ How the cutting is reused without copying tokens: the maker is fed, per document
 offsets* of its tokens (``arange(start, end)``) instead of the tokens, and prompts as negative
 markers; the "sample" it emits is then the list of offsets it would have copied, from which the
 span row is read off. Same code, same per-sample draws ``sample_rng(seed, i)``, same
-``document-tail`` semantics
-(context and tail of one document; documents shorter than one sample packed into windows with
-contiguous positions, counted).
+``document-tail`` semantics (context and tail of one document; documents shorter than one sample
+packed into windows with contiguous positions, counted).
 
 Writing: standalone, the sidecar goes to a temporary name and is renamed into place under the
 prefix lock (:func:`~megatron_endprompt.data.prepare.atomic_output.prefix_lock`), so it never meets
-a
-concurrent preprocessing of the same prefix and a crash leaves the previous sidecar; inside
+a concurrent preprocessing of the same prefix and a crash leaves the previous sidecar; inside
 preprocessing it is one of :class:`~megatron_endprompt.data.prepare.atomic_output.PrefixWriter`'s
-temporaries. The tokenizer identity is recorded when a tokenizer is given, else none (the
-trainer then warns that it cannot check it).
+temporaries. The tokenizer identity is recorded when a tokenizer is given, else none (the trainer
+then warns that it cannot check it).
 """
 
 from __future__ import annotations

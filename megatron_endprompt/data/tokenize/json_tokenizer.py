@@ -13,8 +13,7 @@ table, ``detokenize``), from the ``tokenizers.Tokenizer`` of the directory's ``t
 
 It is used in place of Megatron's tokenizer only where
 :mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict` has found both equal (identity and ids)
-for
-the same files and library versions; ``inspect`` uses it when the recorded vocabulary
+for the same files and library versions; ``inspect`` uses it when the recorded vocabulary
 fingerprint matches.
 """
 

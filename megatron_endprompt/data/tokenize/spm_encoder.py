@@ -17,8 +17,8 @@ ids on the first documents and on :data:`SPM_STRESS_TEXTS`. Documents longer tha
 busy), but only at a single space between two ASCII word characters, and only for a model
 whose normalizer adds the dummy prefix and whose pieces never hold ``▁`` past their first
 character unless made of ``▁`` only (:func:`cut_safe`): there SentencePiece starts a piece at every
-space, and the dummy
-prefix of the next chunk is that space, so the chunks' ids are the whole text's.
+space, and the dummy prefix of the next chunk is that space, so the chunks' ids are the whole
+text's.
 """
 
 from __future__ import annotations

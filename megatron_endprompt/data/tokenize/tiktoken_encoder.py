@@ -1,16 +1,15 @@
 """The tiktoken path of preprocessing: :class:`TiktokenEncoder` and the id probe that admits it.
 
 A byte-level BPE ``tokenizer.json`` that
-:func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.convert`
-accepts is encoded by ``tiktoken`` (~5x less CPU per token than HF ``tokenizers``), but only
-after :func:`probe_tiktoken` found the same ids as Megatron's own tokenizer on the first
-documents and on :data:`STRESS_TEXTS` (digit runs, contractions in both cases, whitespace and
-newline runs, scripts with combining marks, emoji sequences, special-token literals). Either
-failure falls back to the HF path with one line saying why. When a cached verdict
-(:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict`) says ``tokenizer.json`` alone is
-Megatron's
-tokenizer, "Megatron's" ids here are those of its ``tokenizers`` stand-in
-(:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`), and the line says so.
+:func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.convert` accepts is encoded by ``tiktoken``
+(~5x less CPU per token than HF ``tokenizers``), but only after :func:`probe_tiktoken` found the
+same ids as Megatron's own tokenizer on the first documents and on :data:`STRESS_TEXTS` (digit runs,
+contractions in both cases, whitespace and newline runs, scripts with combining marks, emoji
+sequences, special-token literals). Either failure falls back to the HF path with one line saying
+why. When a cached verdict (:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict`) says
+``tokenizer.json`` alone is Megatron's tokenizer, "Megatron's" ids here are those of its
+``tokenizers`` stand-in (:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`),
+and the line says so.
 
 A vocabulary that lacks some single bytes still converts: each document whose UTF-8 holds one
 (:func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.missing_byte_finder`) is encoded by the HF

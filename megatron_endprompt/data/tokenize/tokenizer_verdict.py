@@ -14,8 +14,7 @@ most of a run on a small corpus). :func:`preprocessing_tokenizer` builds it the 
   vocabulary size, EOD, fingerprint of the id -> token table) is equal;
 * ``tokenize`` (special tokens around the text) and the plain encoding (prompts) give the same
   ids on :data:`~megatron_endprompt.data.tokenize.tiktoken_encoder.STRESS_TEXTS` and the added
-  tokens'
-  literals.
+  tokens' literals.
 
 When all hold, the verdict is written (atomically) to ``CACHE/tokenizer-verdicts/KEY.json``,
 ``KEY`` the SHA-256 of every tokenizer file of the directory (weights excluded) and of the
