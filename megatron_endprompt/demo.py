@@ -146,7 +146,8 @@ def _show_datasets(args, w, spm: str) -> None:
         s = train[i]
         pos = s["position_ids"].numpy()
         jumps = np.flatnonzero(np.diff(pos) != 1) + 1
-        print(f"  train[{i}] from dataset {int(s['dataset_id'])}: tokens {tuple(s['tokens'].shape)} "
+        print(f"  train[{i}] from dataset {int(s['dataset_id'])}: "
+              f"tokens {tuple(s['tokens'].shape)} "
               f"max position {pos.max()}, jumps at tokens {jumps.tolist()}, "
               f"loss weights {sorted(set(np.round(s['loss_mask'].numpy(), 3).tolist()))}")
 

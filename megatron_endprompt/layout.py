@@ -24,9 +24,10 @@ per sample instead of a per-token array.
 Loss weights are assigned by the *label* being predicted: ``loss_mask[i]`` weights the
 prediction of token ``i + 1``. Predictions of context tokens (``i < a - 1``) get
 the context weight; predictions of terminal tokens, the first one included, get
-the terminal weight ``w`` (:class:`~megatron_endprompt.loss_weights.LossWeights`). The prediction of the label token after the sample gets it too — except
-for a *prompt* terminal (``predict_after_terminal=False``), where it gets 0: the paper's objective
-has no prediction after the last prompt token (the text does not continue the prompt).
+the terminal weight ``w`` (:class:`~megatron_endprompt.loss_weights.LossWeights`). The prediction of
+the label token after the sample gets it too — except for a *prompt* terminal
+(``predict_after_terminal=False``), where it gets 0: the paper's objective has no prediction after
+the last prompt token (the text does not continue the prompt).
 """
 
 from __future__ import annotations

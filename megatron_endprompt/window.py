@@ -1,5 +1,6 @@
 """The EndPrompt window — ``L``, ``L0``, ``s`` and the run's loss-weight overrides — resolved and
-validated here and nowhere else (the weights by :class:`~megatron_endprompt.loss_weights.LossWeights`).
+validated here and nowhere else (the weights by
+:class:`~megatron_endprompt.loss_weights.LossWeights`).
 
 Preprocessing (``layout.LayoutConfig``), the dataset, the training flags, the RoPE module and the
 HF export all build an :class:`EndPromptWindow` and trust it. It is the bottom of the package
@@ -81,7 +82,8 @@ def explicit_pi_factor(pi_factor: float | None, megatron_pi_factor: float | None
             f"{flags['megatron_pi_factor']} {megatron_pi_factor:g}; both mean 'divide positions "
             "by s': set one of them")
     if pi_factor is not None and not (math.isfinite(float(pi_factor)) and float(pi_factor) >= 1.0):
-        raise ValueError(f"PI factor s={pi_factor:g} must be finite and >= 1 ({flags['pi_factor']})")
+        raise ValueError(f"PI factor s={pi_factor:g} must be finite and >= 1 "
+                         f"({flags['pi_factor']})")
     return None if pi_factor is None else float(pi_factor)
 
 

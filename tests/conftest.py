@@ -143,7 +143,8 @@ def llama3_tokenizer_dir(spm_corpus):
     """A Llama-3-like Hugging Face tokenizer directory (byte-level BPE trained on
     ``spm_corpus`` in ~20 ms; ``<|begin_of_text|>`` added before every text; base model:
     ``eos_token`` ``<|end_of_text|>``), loadable by ``AutoTokenizer`` and by Megatron's
-    ``HuggingFaceTokenizer``. See :func:`megatron_endprompt.data.prepare.synthetic.build_llama3_like_tokenizer`."""
+    ``HuggingFaceTokenizer``. See
+    :func:`megatron_endprompt.data.prepare.synthetic.build_llama3_like_tokenizer`."""
     from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer
 
     return build_llama3_like_tokenizer(spm_corpus.texts, str(spm_corpus.root / "llama3_tok"))

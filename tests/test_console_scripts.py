@@ -28,7 +28,8 @@ def _program_modules() -> set[str]:
     for dirpath, _, names in os.walk(os.path.join(ROOT, "megatron_endprompt")):
         for name in names:
             path = os.path.join(dirpath, name)
-            if name.endswith(".py") and '__name__ == "__main__"' in open(path, encoding="utf-8").read():
+            if name.endswith(".py") and \
+                    '__name__ == "__main__"' in open(path, encoding="utf-8").read():
                 found.add(os.path.relpath(path, ROOT)[:-3].replace(os.sep, "."))
     return found
 
@@ -54,8 +55,10 @@ def test_tools_are_thin_shims_onto_console_script_targets():
             continue
         tree = ast.parse(open(os.path.join(tools, name), encoding="utf-8").read())
         ours = [f"{n.module}:{a.name}" for n in ast.walk(tree)
-                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("megatron_endprompt")
+                if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("megatron_endprompt")
                 for a in n.names]
         assert len(ours) == 1 and ours[0] in targets, (name, ours)
         defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-        assert not defs, f"tools/{name} defines {[d.name for d in defs]}: logic belongs in the package"
+        assert not defs, (f"tools/{name} defines {[d.name for d in defs]}: "
+                          "logic belongs in the package")

@@ -25,7 +25,8 @@ def layouts(draw):
     b = draw(st.integers(1, P - 1))
     a = P - b
     n = draw(st.integers(1, min(a, 6)))
-    cfg = LayoutConfig(seq_length=P, target_length=L, placement=draw(st.sampled_from(["fixed", "random"])),
+    cfg = LayoutConfig(seq_length=P, target_length=L,
+                       placement=draw(st.sampled_from(["fixed", "random"])),
                        pose_chunks=n, loss_weights=LossWeights(
                            terminal=draw(st.floats(1e-3, 2.0)),
                            context=draw(st.sampled_from([0.0, 1.0]))))
@@ -77,7 +78,8 @@ def test_fixed_layout_matches_paper_example():
 
 def test_random_placement_covers_range_and_varies():
     cfg = LayoutConfig(seq_length=16, target_length=64, placement="random")
-    starts = {int(make_record(cfg, terminal_length=4, rng=sample_rng(1, i))[1]) for i in range(2000)}
+    starts = {int(make_record(cfg, terminal_length=4, rng=sample_rng(1, i))[1])
+              for i in range(2000)}
     assert starts == set(range(12, 61)), "uniform over [a, L-b] inclusive"
 
 

@@ -288,7 +288,8 @@ def test_the_lint_admits_a_marked_import_that_spares_torch_only(tmp_path):
         "ok.py": "def f():\n    # lazy: spares torch at start-up\n"
                  "    from megatron_endprompt.heavy import torch\n",
         "unsaid.py": "def f():\n    from megatron_endprompt.heavy import torch\n",
-        "spares_nothing.py": "def f():\n    from megatron_endprompt.light import X  # lazy: spares torch\n",
+        "spares_nothing.py": "def f():\n"
+                             "    from megatron_endprompt.light import X  # lazy: spares torch\n",
         "already_heavy.py": "import torch\n\n\ndef f():\n"
                             "    from megatron_endprompt import heavy  # lazy: spares torch\n"})
     bad, statements = local_import_findings(root)

@@ -47,7 +47,8 @@ def test_llama3_tokenizer_pipeline(run_tool, llama3_args, llama3_tokenizer_dir,
     from megatron_endprompt.data.prepare.prompts import BUILTIN_PROMPTS, EOD_PROMPT, EOT_PROMPT
     from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
     from megatron_endprompt.evaluation.perplexity.windows import run_doc_perplexity
-    from megatron_endprompt.evaluation.core.runner import greedy_generate, load_model, load_tokenizer
+    from megatron_endprompt.evaluation.core.runner import (greedy_generate, load_model,
+                                                           load_tokenizer)
     from megatron_endprompt.layout import positions_from_record
     from megatron_endprompt.training.loss import read_loss_log
 

@@ -43,7 +43,8 @@ def test_make_demo_runs_end_to_end(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert "wrote " in out and re.search(r"^samples: [0-9,]+  tokens in samples", out, re.M)
     assert "datasets via BlendedMegatronDatasetBuilder" in out
-    m = re.search(r"training loss: iteration 1 ([0-9.]+) -> iteration (\d+) ([0-9.]+) \(falls\)", out)
+    m = re.search(r"training loss: iteration 1 ([0-9.]+) -> iteration (\d+) ([0-9.]+) "
+                  r"\(falls\)", out)
     assert m, out[-3000:]
     assert float(m.group(3)) < float(m.group(1)) - 0.5
     assert os.path.isdir(os.path.join(REPO, "demo_out", "checkpoints"))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plan a cluster run: memory, time and cost of EndPrompt at P vs full-length at L. See ``--help``."""
+"""Plan a cluster run: memory, time and cost of EndPrompt at P vs full-length at L (``--help``)."""
 
 import os
 import sys

@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     from megatron_endprompt.data.dataset import EndPromptDatasetConfig, EndPromptGPTDataset
-    from megatron_endprompt.data.prepare.synthetic import build_llama3_like_tokenizer, train_sentencepiece
+    from megatron_endprompt.data.prepare.synthetic import (build_llama3_like_tokenizer,
+                                                           train_sentencepiece)
 
     if not os.path.isfile(args.corpus):
         sys.exit(f"--corpus {args.corpus}: not a file")
@@ -268,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.workers} rayon threads, in memory, {c['batch_docs']} docs per call"),
             ("bare tiktoken encode_batch tokens/s", f"{tokens / c['tiktoken']['wall']:,.0f}"
              if c.get("tiktoken") else "n/a (not convertible)",
-             f"{args.workers} threads, in memory, same token count as HF: {c.get('tiktoken', {}).get('same_token_count')}"),
+             f"{args.workers} threads, in memory, same token count as HF: "
+             f"{c.get('tiktoken', {}).get('same_token_count')}"),
             ("ceiling / Megatron-LM (end to end)", f"{c['ratio_to_plain']:.2f}x",
              "any tool with this tokenizer: <= this ratio"),
             ("ceiling / Megatron-LM net of its start-up", f"{c['ratio_to_plain_net']:.2f}x", ""),
@@ -283,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if r["long_line"]:
         rows.append((f"ours on one {args.long_line_mb} MB line: peak RSS",
-                     f"{r['long_line']['peak_rss_mib']:,.0f} MiB", f"{r['long_line']['wall']:.1f} s"))
+                     f"{r['long_line']['peak_rss_mib']:,.0f} MiB",
+                     f"{r['long_line']['wall']:.1f} s"))
     print(f"\n{n_docs:,} documents, {tokens:,} tokens, {tok[0]}, workers {args.workers}, "
           f"P={args.seq_length}, L={args.target_length}, b={args.terminal_length}; "
           f"{n_ours} / {n_gpt} samples (ours / GPTDataset); load average {os.getloadavg()}")

@@ -1,5 +1,5 @@
-"""Cost of the .bin block CRCs (megatron_endprompt.data.sidecar.bin_checksum): GB/s of recording them
-(``bin_block_crcs``, at write time; the same read as the full check at first use) and the time
+"""Cost of the .bin block CRCs (megatron_endprompt.data.sidecar.bin_checksum): GB/s of recording
+them (``bin_block_crcs``, at write time; the same read as the full check at first use) and the time
 of the sampled per-start check, on a file of ``--gb`` GB (default 1) in ``--dir``.
 
     python -m benchmarks.data_path.bin_checksum [--gb 1] [--dir /tmp]

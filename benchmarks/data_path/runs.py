@@ -6,8 +6,8 @@ Each tool runs as a user runs it (a fresh interpreter, the same input, tokenizer
 and ours on the tiktoken path (``--tokenizer-backend tiktoken``, byte-level BPE only), in turn,
 ``--trials`` times each; every ``.bin/.idx`` is compared byte for byte with Megatron's.
 Ours first runs once *cold* (an empty tokenizer-verdict cache: Megatron's tokenizer is built
-and compared with ``tokenizer.json``, :mod:`megatron_endprompt.data.tokenize.tokenizer_verdict`), timed
-apart; the alternating runs then find the verdict (a fresh cache in the work directory).
+and compared with ``tokenizer.json``, :mod:`megatron_endprompt.data.tokenize.tokenizer_verdict`),
+timed apart; the alternating runs then find the verdict (a fresh cache in the work directory).
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ def make_corpus(prefix: str, docs: int) -> None:
     import numpy as np
 
     from megatron_endprompt.compat import build_megatron_tokenizer
-    from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
-                                                 write_sidecar)
+    from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, data_fingerprint,
+                                                         sidecar_path, write_sidecar)
     from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
     from megatron_endprompt.layout import LayoutConfig
 
@@ -86,7 +86,8 @@ def make_corpus(prefix: str, docs: int) -> None:
     tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
     header = SidecarHeader(layout=layout.to_header(), terminal_source="continuation",
                            terminal_length=B, num_samples=docs, **data_fingerprint(prefix),
-                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict())
+                           tokenizer=tokenizer_identity(
+                               tok, tokenizer_type="NullTokenizer").as_dict())
     with atomic_path(sidecar_path(prefix), fsync=False) as tmp:
         write_sidecar(tmp, header, records)
 
@@ -103,8 +104,8 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
     import numpy as np
 
     from megatron_endprompt.compat import build_megatron_tokenizer
-    from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, data_fingerprint, sidecar_path,
-                                                 write_sidecar)
+    from megatron_endprompt.data.sidecar.sidecar import (SidecarHeader, data_fingerprint,
+                                                         sidecar_path, write_sidecar)
     from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
     from megatron_endprompt.layout import LayoutConfig
 
@@ -134,7 +135,8 @@ def make_spans(prefix: str, docs: int, layout: str) -> str:
     tok = build_megatron_tokenizer("NullTokenizer", None, VOCAB)
     header = SidecarHeader(layout=layout_cfg.to_header(), terminal_source=source, terminal_length=B,
                            num_samples=n, **data_fingerprint(prefix),
-                           tokenizer=tokenizer_identity(tok, tokenizer_type="NullTokenizer").as_dict(),
+                           tokenizer=tokenizer_identity(
+                               tok, tokenizer_type="NullTokenizer").as_dict(),
                            sources={"kind": "spans", "layout": layout})
     with atomic_path(path, fsync=False) as out:
         write_sidecar(out, header, records, sources)

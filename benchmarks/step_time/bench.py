@@ -1,7 +1,8 @@
-"""Training-step benchmark: EndPrompt RoPE overhead, and EndPrompt at P vs full-length training at L.
+"""Training-step benchmark: EndPrompt RoPE overhead; EndPrompt at P vs full-length training at L.
 
 One small Llama-style Megatron-Core model (RMSNorm, SwiGLU, GQA, RoPE, no biases, output layer
-untied unless ``--tie-embeddings``), built in-process on a single rank (gloo on CPU, NCCL on CUDA, TP=PP=CP=1):
+untied unless ``--tie-embeddings``), built in-process on a single rank (gloo on CPU, NCCL on CUDA,
+TP=PP=CP=1):
 
 * CPU: Megatron's local layer spec (``get_gpt_layer_local_spec``), fp32, unfused kernels, an
   explicit causal mask (local ``DotProductAttention`` materialises the ``S x S`` scores);
@@ -33,20 +34,21 @@ Part 1 -- RoPE overhead at the same physical length ``P`` (target <= 1.02x).
     minima, and the same ratio on process CPU time (less disturbed than wall-clock time by other
     jobs on the cores, with one torch thread). Noise-free companions: the aten ops of one step
     (counted under a dispatch mode, CPU only; extra ops vs stock listed) with the matmul FLOPs of
-    torch's ``FlopCounterMode``, and the microseconds of each variant's RoPE call and ``_preprocess``
-    (best of 5 x 200/50 calls) as a fraction of a stock step.
+    torch's ``FlopCounterMode``, and the microseconds of each variant's RoPE call and
+    ``_preprocess`` (best of 5 x 200/50 calls) as a fraction of a stock step.
 
 Part 2 -- EndPrompt at ``P`` vs full-length training at ``L = ratio * P``, same model and
-micro-batch (``--long-micro-batch``, default ``--micro-batch``). "full" is the stock ``GPTModel`` at ``L`` with positions ``0..L-1`` (what one would
-train without EndPrompt); "endprompt" is the shared-layout EndPrompt run at ``P`` (timings reuse
-Part 1's when the micro-batches agree; ``--iters-long`` interleaved rounds, each one full step
-and ``ratio`` endprompt steps (their median kept), give the paired ratio).
+micro-batch (``--long-micro-batch``, default ``--micro-batch``). "full" is the stock ``GPTModel`` at
+``L`` with positions ``0..L-1`` (what one would train without EndPrompt); "endprompt" is the
+shared-layout EndPrompt run at ``P`` (timings reuse Part 1's when the micro-batches agree;
+``--iters-long`` interleaved rounds, each one full step and ``ratio`` endprompt steps (their median
+kept), give the paired ratio).
     * time ideal: the model-FLOP ratio ``F(P) / F(L)`` per sample, ``F`` the training FLOPs of
       :func:`train_flops` (Megatron's ``num_floating_point_operations`` for a dense GQA/SwiGLU
       model: 3 x forward; forward = QKV/out projections ``4 S h (q + kv)``, causal core attention
-      ``2 S^2 q``, SwiGLU MLP ``6 S h f``, logits ``2 S h V`` per sample, ``q = heads * kv_channels``,
-      ``kv = groups * kv_channels``). Linear terms give ``1/ratio``, attention ``1/ratio^2``; the
-      ideal lies between, by the model's own mix.
+      ``2 S^2 q``, SwiGLU MLP ``6 S h f``, logits ``2 S h V`` per sample,
+      ``q = heads * kv_channels``, ``kv = groups * kv_channels``). Linear terms give ``1/ratio``,
+      attention ``1/ratio^2``; the ideal lies between, by the model's own mix.
     * memory ideal: activations ``1/ratio`` (activation memory linear in ``S``, true with flash
       attention; the CPU local spec also stores ``S x S`` attention probabilities, so its measured
       activation ratio can beat ``1/ratio``). For total memory the ideal is
@@ -129,7 +131,8 @@ def main(argv=None) -> dict:
     setup_process(args)
     stock, ours = build_models(args)
     dev = args.device
-    P, L, B, BL = args.seq_length, args.ratio * args.seq_length, args.micro_batch, args.long_micro_batch
+    P, L = args.seq_length, args.ratio * args.seq_length
+    B, BL = args.micro_batch, args.long_micro_batch
     n_params = sum(p.numel() for p in stock.parameters())
     print(f"device={dev} ({'TE spec, bf16' if dev == 'cuda' else 'local spec, fp32'}) "
           f"threads={torch.get_num_threads()} params={n_params / 1e6:.1f}M h={args.hidden} "
@@ -198,7 +201,8 @@ def main(argv=None) -> dict:
               f"), counted FLOPs {d['flops'] / 1e9:.2f} G")
     for k, c in costs.items():
         frac = c.get("extra_preprocess_fraction_of_step")
-        print(f"    {k:10s} RoPE call {c['rope_call_us']:8.1f} us, _preprocess {c['preprocess_us']:8.1f}"
+        print(f"    {k:10s} RoPE call {c['rope_call_us']:8.1f} us, "
+              f"_preprocess {c['preprocess_us']:8.1f}"
               f" us" + ("" if frac is None else f" (+{100 * frac:.3f}% of a stock step)"))
 
     result = dict(
@@ -251,7 +255,8 @@ def main(argv=None) -> dict:
                 memory=mem,
                 wall_s=long_wall,
             )
-            print(f"\n[2] EndPrompt at P={P} vs full at L={L}, B={BL} (same model; {long_wall:.0f}s)")
+            print(f"\n[2] EndPrompt at P={P} vs full at L={L}, B={BL} "
+                  f"(same model; {long_wall:.0f}s)")
             print(f"    step time   full {full_time:8.3f} s  endprompt {ep_time:8.4f} s  ratio "
                   f"{part2['time_ratio']:.4f} (speed-up {1 / part2['time_ratio']:.1f}x; CPU time "
                   f"{part2['time_ratio_cpu']['ratio_of_medians']:.4f}); ideal = FLOP ratio "
@@ -260,7 +265,8 @@ def main(argv=None) -> dict:
                   f"1/{args.ratio ** 2})")
             print(f"    activations full {a_l / gib:8.3f} GiB endprompt {a_p / gib:8.4f} GiB ratio "
                   f"{part2['activation_ratio']:.4f}; ideal 1/ratio = {1 / args.ratio:.4f}")
-            print(f"    peak (W+A)  full {(W + a_l) / gib:8.3f} GiB endprompt {(W + a_p) / gib:8.4f} GiB "
+            print(f"    peak (W+A)  full {(W + a_l) / gib:8.3f} GiB "
+                  f"endprompt {(W + a_p) / gib:8.4f} GiB "
                   f"ratio {part2['peak_ratio']:.4f}; ideal {part2['peak_ideal']:.4f} "
                   f"(params+grads W = {W / gib:.3f} GiB)")
             if dev == "cuda":

@@ -188,7 +188,8 @@ def paired(a: list[float], b: list[float]) -> dict:
     r = [x / y for x, y in zip(a, b)]
     qs = statistics.quantiles(r, n=4) if len(r) >= 2 else [r[0]] * 3
     return dict(ratio_of_medians=statistics.median(a) / statistics.median(b),
-                ratio_of_mins=min(a) / min(b), paired_median=statistics.median(r), paired_q1=qs[0], paired_q3=qs[2])
+                ratio_of_mins=min(a) / min(b), paired_median=statistics.median(r),
+                paired_q1=qs[0], paired_q3=qs[2])
 
 
 # -- main -----------------------------------------------------------------------------------

@@ -154,7 +154,8 @@ def read_hf_config(hf_dir: str) -> HFModelSpec:
         spec = _hf_spec(cfg, raw, rope, llama3, model_type)
         _check_positive(path, spec, raw)
         return replace(spec, qkv_bias=family.qkv_bias, qk_norm=family.qk_norm)
-    except (ValueError, TypeError) as exc:  # the shape's own checks (ModelShape): one line naming the file
+    # the shape's own checks (ModelShape): one line naming the file
+    except (ValueError, TypeError) as exc:
         raise UserError(f"{path}: {exc}") from None
 
 

@@ -112,7 +112,8 @@ def build_gpt_model(args: Any, *, cls: type | None = None, te_spec: bool = False
                     initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
     """A TP=1, PP=1 GPT model (stock ``GPTModel`` unless ``cls``) on the CPU for a Megatron-LM
     argument namespace (Qwen2's ``add_qkv_bias`` and Qwen3's ``qk_layernorm`` included),
-    parameters in ``args.params_dtype``, left uninitialised unless ``initialize``. Needs :func:`single_process_group`."""
+    parameters in ``args.params_dtype``, left uninitialised unless ``initialize``. Needs
+    :func:`single_process_group`."""
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     config, spec = _config_and_spec(args, te_spec=te_spec, initialize=initialize)
@@ -124,9 +125,10 @@ def build_hybrid_model(args: Any, *, cls: type | None = None, te_spec: bool = Fa
                        initialize: bool = False, **kwargs: Any) -> torch.nn.Module:
     """A TP=1, PP=1 ``HybridModel`` of ``args.hybrid_layer_pattern`` over the layer spec
     :func:`build_gpt_model` uses (Llama-style patterns:
-    :mod:`megatron_endprompt.model.hybrid_spec`), as :class:`~megatron_endprompt.model.EndPromptHybridModel` unless ``cls`` (stock
-    ``HybridModel`` takes no Llama-3.1 ``rope_scaling``); a pattern's ``|`` pipeline splits
-    are dropped (one stage holds every layer). Needs :func:`single_process_group`."""
+    :mod:`megatron_endprompt.model.hybrid_spec`), as
+    :class:`~megatron_endprompt.model.EndPromptHybridModel` unless ``cls`` (stock ``HybridModel``
+    takes no Llama-3.1 ``rope_scaling``); a pattern's ``|`` pipeline splits are dropped (one stage
+    holds every layer). Needs :func:`single_process_group`."""
     config, spec = _config_and_spec(args, te_spec=te_spec, initialize=initialize)
     return (cls or EndPromptHybridModel)(config=config, hybrid_stack_spec=spec,
                                          # PP=1: all stages' layers ('|' splits dropped)

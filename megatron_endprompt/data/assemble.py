@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megatron_endprompt.layout import context_length, loss_weights_from_record, positions_from_record
+from megatron_endprompt.layout import (context_length, loss_weights_from_record,
+                                       positions_from_record)
 from megatron_endprompt.loss_weights import LossWeights
 
 __all__ = ["SampleRules", "assemble_sample", "layout_arrays", "pad_in_data"]

@@ -44,11 +44,14 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
-from megatron_endprompt.data.assemble import SampleRules, assemble_sample, layout_arrays, pad_in_data
+from megatron_endprompt.data.assemble import (SampleRules, assemble_sample, layout_arrays,
+                                              pad_in_data)
 from megatron_endprompt.data.sample_index import load_or_build_sample_index, samples_in_split
-from megatron_endprompt.data.sidecar.sidecar import Sidecar, check_belongs_to, open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import (Sidecar, check_belongs_to, open_sidecar,
+                                                     sidecar_path)
 from megatron_endprompt.data.sidecar.spans import span_reader
-from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.data.tokenize.tokenizer_identity import (TokenizerIdentity,
+                                                                 tokenizer_identity)
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.loss_weights import LossWeights
 from megatron_endprompt.data.sidecar.trust import cache_dir, ensure_verified, idx_fingerprint
@@ -289,7 +292,8 @@ class EndPromptGPTDataset(GPTDataset):
         (:func:`~megatron_endprompt.data.sample_index.load_or_build_sample_index`)."""
         cache = self.config.path_to_cache
         if cache is None and not self.config.mock:
-            cache = os.path.join(self.dataset.path_prefix, "cache", f"{type(self).__name__}_indices")
+            cache = os.path.join(self.dataset.path_prefix, "cache",
+                                 f"{type(self).__name__}_indices")
         return load_or_build_sample_index(
             units=lambda: self._units, num_samples=self.num_samples,
             seed=self.config.random_seed, cache=cache,

@@ -7,8 +7,8 @@ and the prompt-terminal rules show as the trainer sees them. Padding ids are not
 Megatron's default pad (-1) is never a stored token, and the sidecar records no pad id.
 
 Reads only the corpus and the sidecar: with the recorded ``tokenizer.json`` still present the
-text comes from it alone (:func:`~megatron_endprompt.data.tokenize.tokenizer.json_detokenizer`), without
-torch or Megatron-Core.
+text comes from it alone (:func:`~megatron_endprompt.data.tokenize.tokenizer.json_detokenizer`),
+without torch or Megatron-Core.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from megatron_endprompt.data.prepare.atomic_output import ensure_committed
 from megatron_endprompt.data.sidecar.sidecar import SidecarHeader, read_sidecar, sidecar_path
 from megatron_endprompt.data.sidecar.bin_checksum import verify_bin_ranges
 from megatron_endprompt.data.sidecar.spans import SpanIndex, sample_byte_ranges, sample_reader
-from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, json_detokenizer
+from megatron_endprompt.data.tokenize.tokenizer import (TokenizerSpec, build_tokenizer,
+                                                        json_detokenizer)
 from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.layout import LayoutConfig, context_length, describe_runs

@@ -115,7 +115,8 @@ def _original_window(raw: dict, path: str) -> int:
 def model_from_hf_config(path: str) -> ModelSpec:
     """A :class:`ModelSpec` from an HF ``config.json`` (the file, or a directory holding one).
     Only the shape and ``L0`` are read; Llama-layout fields (``num_hidden_layers``,
-    ``intermediate_size``, ``num_key_value_heads``, ``head_dim``...). Raises :class:`UserError` naming the file."""
+    ``intermediate_size``, ``num_key_value_heads``, ``head_dim``...). Raises :class:`UserError`
+    naming the file."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     try:

@@ -38,8 +38,9 @@ from megatron_endprompt.runtime.process import (
 from megatron_endprompt.runtime.scoped import cpu_checkpoint_io, cpu_forward
 from megatron_endprompt.runtime.versions import check_megatron_version
 
-__all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version", "cpu_checkpoint_io",
-           "cpu_forward", "fingerprint", "install", "installed_layers", "LAYER_NAMES", "patches", "quiet",
+__all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version",
+           "cpu_checkpoint_io", "cpu_forward", "fingerprint", "install", "installed_layers",
+           "LAYER_NAMES", "patches", "quiet",
            "scoped_env", "tokenizer_env", "uninstall", "with_cpu_args"]
 
 #: Layer name -> its ledger, for the layers installed in this process.

@@ -39,7 +39,8 @@ def _put(ledger: Ledger, owner: Any, name: str, value: Any) -> None:
 # ----------------------------------------------------------------------------------------------
 
 def _is_cuda_device(device: Any) -> bool:
-    """Whether ``device`` names a CUDA device (``"cuda"``, ``"cuda:1"``, ``torch.device``, index)."""
+    """Whether ``device`` names a CUDA device (``"cuda"``, ``"cuda:1"``, ``torch.device``,
+    index)."""
     if isinstance(device, torch.device):
         return device.type == "cuda"
     if isinstance(device, str):
@@ -120,11 +121,13 @@ def patch_tensor_type(ledger: Ledger) -> None:
     """
     original = torch.Tensor.type
 
-    def type_(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    def type_(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False,
+              **kwargs: Any) -> Any:
         if dtype is None:
             name = original(self)
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            if caller.startswith("megatron.") and name.startswith("torch.") and ".cuda." not in name:
+            if (caller.startswith("megatron.") and name.startswith("torch.")
+                    and ".cuda." not in name):
                 return "torch.cuda." + name[len("torch."):]
             return name
         if isinstance(dtype, str) and dtype.startswith("torch.cuda."):

@@ -1,11 +1,11 @@
 """``--endprompt-*`` flags (Megatron ``extra_args_provider``) and their start-up checks.
 
 The window (``L``, ``L0``, ``s``, weight overrides) is resolved once, with the rest of the
-run's settings, by :mod:`megatron_endprompt.training.run`: ``L0`` defaults to the model's original window
-— the loaded checkpoint's ``max_position_embeddings`` when there is a checkpoint, else
-``--max-position-embeddings`` — and ``s`` to ``ceil(L / L0)``. At start-up every ``--data-path`` / ``--{train,valid,test}-data-path`` prefix with a sidecar is
-checked against these flags, so a run never silently trains on a layout built for another
-target length.
+run's settings, by :mod:`megatron_endprompt.training.run`: ``L0`` defaults to the model's original
+window — the loaded checkpoint's ``max_position_embeddings`` when there is a checkpoint, else
+``--max-position-embeddings`` — and ``s`` to ``ceil(L / L0)``. At start-up every ``--data-path`` /
+``--{train,valid,test}-data-path`` prefix with a sidecar is checked against these flags, so a run
+never silently trains on a layout built for another target length.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
-from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.data.tokenize.tokenizer_identity import (TokenizerIdentity,
+                                                                 tokenizer_identity)
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model.yarn import ROPE_SCALINGS
 from megatron_endprompt.training.long_eval import add_long_eval_args

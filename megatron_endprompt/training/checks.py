@@ -123,8 +123,8 @@ _LIST_FLAGS = {"--data-path": "data_path", "--train-data-path": "train_data_path
 
 def _resolve_names(args: argparse.Namespace) -> list[str]:
     """Prefixes given in Megatron's other spelling (``PREFIX`` for ``PREFIX_text_document`` or
-    the reverse, :mod:`~megatron_endprompt.data.prepare.prefix_name`) replaced in the flags that list
-    them (``--data-path``, ``--{train,valid,test}-data-path``) before Megatron reads them;
+    the reverse, :mod:`~megatron_endprompt.data.prepare.prefix_name`) replaced in the flags that
+    list them (``--data-path``, ``--{train,valid,test}-data-path``) before Megatron reads them;
     returns the notes to print. Prefixes read from a file (``--data-args-path``) are left to the
     not-found error; ``--endprompt-replay-prefixes`` is resolved where the run is built
     (:func:`~megatron_endprompt.training.run.build_run`)."""
@@ -259,7 +259,8 @@ _CUDA_GRAPH_REASONS = {
 
 
 #: ``--cuda-graph-impl`` value -> the deprecated flag Megatron's ``validate_args`` maps onto it.
-_CUDA_GRAPH_ALIASES = {"local": "--enable-cuda-graph", "transformer_engine": "--external-cuda-graph"}
+_CUDA_GRAPH_ALIASES = {"local": "--enable-cuda-graph",
+                       "transformer_engine": "--external-cuda-graph"}
 
 
 def _check_features(args: argparse.Namespace) -> None:

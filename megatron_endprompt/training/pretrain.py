@@ -1,6 +1,7 @@
 """The EndPrompt ``pretrain`` entry (Megatron-LM style), used on GPU clusters and on a laptop.
 
-    torchrun ... -m megatron_endprompt.training.pretrain <Megatron flags> --endprompt-target-length L
+    torchrun ... -m megatron_endprompt.training.pretrain <Megatron flags> \\
+        --endprompt-target-length L
 
 Flow: ``runtime.install(trainer=True)`` (wheel fixes always, the CPU layer without a GPU, the
 child reaper) ->

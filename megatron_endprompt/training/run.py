@@ -70,7 +70,8 @@ class EndPromptRun:
     """The start-up tokenizer identity (global rank 0); ``None``: each dataset computes it."""
 
     sidecar_name: str | None = None
-    """``--endprompt-sidecar-name``: read ``PREFIX.NAME.endprompt`` instead of ``PREFIX.endprompt``."""
+    """``--endprompt-sidecar-name``: read ``PREFIX.NAME.endprompt`` instead of
+    ``PREFIX.endprompt``."""
 
     replay_prefixes: tuple[str, ...] = ()
     """``--endprompt-replay-prefixes``, each matched to the data prefix it names (Megatron's

@@ -1,8 +1,8 @@
 """A ``HybridModel`` checkpoint saved by the real trainer (``--hybrid-layer-pattern "*-*-*-"``,
 and ``"*-*-|*-*-"`` under PP=2; EndPrompt data, CPU + gloo) exports to HF as the Llama it equals:
 the HF model's logits at EndPrompt positions (a mixed-layout batch) equal the Megatron hybrid
-model's from the same checkpoint. A checkpoint whose saved pattern has a Mamba layer is refused in one line, with no
-output written."""
+model's from the same checkpoint. A checkpoint whose saved pattern has a Mamba layer is refused in
+one line, with no output written."""
 
 from __future__ import annotations
 

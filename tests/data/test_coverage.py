@@ -31,7 +31,8 @@ def test_coverage_line_from_recorded_stats(prefix):
     line = coverage_line("p", tail)
     assert "61.0% of 100 samples have a position jump, 13.0% of 1,000 tokens used" in line
     assert "plain short training" not in line
-    assert "plain short training" in coverage_line("p", {**tail, "samples_contiguous_positions": 60})
+    assert "plain short training" in coverage_line(
+        "p", {**tail, "samples_contiguous_positions": 60})
     assert coverage_line("p", {}) is None
 
 

@@ -70,7 +70,8 @@ def _config(tok, blend, cache, **kw):
 
 
 def _build(config, sizes=(200, 20, 20)):
-    return BlendedMegatronDatasetBuilder(EndPromptGPTDataset, list(sizes), lambda: True, config).build()
+    return BlendedMegatronDatasetBuilder(EndPromptGPTDataset, list(sizes), lambda: True,
+                                         config).build()
 
 
 def _endprompt_parts(blended):
@@ -93,7 +94,8 @@ def test_sample_matches_stored_data_and_sidecar(tok, data, tmp_path):
         assert s["loss_mask"].dtype == torch.float32 and s["position_ids"].dtype == torch.int64
         assert torch.equal(s["tokens"], torch.from_numpy(text[:P]))
         assert torch.equal(s["labels"], torch.from_numpy(text[1:]))
-        assert torch.equal(s["position_ids"], torch.from_numpy(positions_from_record(sc.records[doc], P)))
+        assert torch.equal(s["position_ids"],
+                           torch.from_numpy(positions_from_record(sc.records[doc], P)))
         a = int(sc.records[doc][0])
         lm = s["loss_mask"].numpy()
         assert np.all(lm[: a - 1] == 1.0) and np.all(lm[a - 1:] == 0.25)
@@ -108,7 +110,8 @@ def test_keys_and_dtypes_equal_gptdataset(tok, data, tmp_path):
                                 reset_attention_mask=False, eod_mask_loss=False,
                                 create_attention_mask=create_mask,
                                 path_to_cache=str(tmp_path / "g"))
-        ref = BlendedMegatronDatasetBuilder(GPTDataset, [10, 0, 0], lambda: True, gcfg).build()[0][0]
+        ref = BlendedMegatronDatasetBuilder(GPTDataset, [10, 0, 0], lambda: True,
+                                           gcfg).build()[0][0]
         ours = _build(_config(tok, ([data["ep"]], [1.0]), tmp_path / "e",
                               create_attention_mask=create_mask), (10, 0, 0))[0][0]
         assert set(ours) - {"dataset_id"} == (set(ref) - {"dataset_id"}) | {"terminal_mask"}

@@ -1,8 +1,8 @@
-"""The launcher takes the model from the checkpoint it starts from (megatron_endprompt.model_record):
-hf-to-megatron's record beside CHECKPOINT_IN gives the model flags (a tied model gets no
-``--untie-embeddings-and-output-weights``), and a variable or extra flag contradicting it is one
-``error:`` line at ``--dry-run``. Before, the script always passed Llama-3 8B's shape, untied and
-``--bf16``: the dry run passed and a tied model's real run died at load with
+"""The launcher takes the model from the checkpoint it starts from
+(megatron_endprompt.model_record): hf-to-megatron's record beside CHECKPOINT_IN gives the model
+flags (a tied model gets no ``--untie-embeddings-and-output-weights``), and a variable or extra flag
+contradicting it is one ``error:`` line at ``--dry-run``. Before, the script always passed Llama-3
+8B's shape, untied and ``--bf16``: the dry run passed and a tied model's real run died at load with
 ``KeyError: 'output_layer.weight'``."""
 
 from __future__ import annotations

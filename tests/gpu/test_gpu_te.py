@@ -85,7 +85,8 @@ def test_te_endprompt_model_forward_bf16():
                             num_attention_heads=4, num_query_groups=2, normalization="RMSNorm",
                             gated_linear_unit=True, add_bias_linear=False, bf16=True,
                             params_dtype=torch.bfloat16, apply_rope_fusion=True)
-    model = EndPromptGPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
+    model = EndPromptGPTModel(config=cfg,
+                              transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
                               vocab_size=1024, max_sequence_length=4096,
                               position_embedding_type="rope", pi_factor=8.0).cuda()
     S, B = 512, 2

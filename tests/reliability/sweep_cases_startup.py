@@ -249,8 +249,10 @@ def _pp_sigterm_cases() -> list[Case]:
                  rc=143, item="27", needle="SIGTERM",
                  run=sigterm_subprocess("preprocess", module, attr, at_call=n))
             for where, module, attr, n in (
-                ("encoding", "megatron_endprompt.data.prepare.samples", "SampleMaker.add_document", 3),
-                ("late", "megatron_endprompt.data.prepare.samples", "SampleMaker.add_document", 30))]
+                ("encoding", "megatron_endprompt.data.prepare.samples",
+                 "SampleMaker.add_document", 3),
+                ("late", "megatron_endprompt.data.prepare.samples",
+                 "SampleMaker.add_document", 30))]
 
 
 def _datasets_after_repreprocess(fx, d, argv):

@@ -57,7 +57,8 @@ def test_child_exits_with_killed_parent(method, installed, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     try:
-        assert _gone(child, 5.0 if installed else 1.5) == installed  # without the reaper the orphan lives on
+        # without the reaper the orphan lives on
+        assert _gone(child, 5.0 if installed else 1.5) == installed
     finally:
         try:
             os.kill(child, signal.SIGKILL)

@@ -95,9 +95,11 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     )
 
 
-def train_valid_test_datasets_provider(train_val_test_num_samples: list[int], vp_stage: int | None = None):
+def train_valid_test_datasets_provider(train_val_test_num_samples: list[int],
+                                       vp_stage: int | None = None):
     """Build mock GPT datasets on every rank (cheap, so every rank reads its own batches)."""
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.blended_megatron_dataset_builder import (
+        BlendedMegatronDatasetBuilder)
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset
     from megatron.training import get_args, get_tokenizer
 

@@ -29,7 +29,8 @@ RUN_TIMEOUT_S = 300
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT),
+                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     env["OMP_NUM_THREADS"] = "1"
     return env
@@ -139,7 +140,8 @@ def _assert_resume_exact(full: dict[int, list[float]], resumed: dict[int, list[f
     assert sorted(resumed) == list(range(start, end + 1))
     for iteration in range(start, end + 1):
         # Bit-exact, every micro-batch on every rank.
-        assert resumed[iteration] == full[iteration], (iteration, full[iteration], resumed[iteration])
+        assert resumed[iteration] == full[iteration], (iteration, full[iteration],
+                                                       resumed[iteration])
 
 
 def test_tp2_trains_and_resumes_exactly(tmp_path: Path) -> None:
@@ -156,5 +158,6 @@ def test_tp2_trains_and_resumes_exactly(tmp_path: Path) -> None:
 
 def test_pp2_loss_decreases(tmp_path: Path) -> None:
     """PP=2 (1F1B over 4 micro-batches): loss falls over 10 iterations."""
-    losses = _pretrain(tmp_path, "pp2", "--pipeline-model-parallel-size", "2", "--train-iters", "10")
+    losses = _pretrain(tmp_path, "pp2", "--pipeline-model-parallel-size", "2",
+                       "--train-iters", "10")
     _assert_loss_falls(losses, 10)

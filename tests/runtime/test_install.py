@@ -26,7 +26,8 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=env, timeout=300, cwd=REPO_ROOT)
-    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, (f"rc={proc.returncode}\nstdout:\n{proc.stdout}"
+                                  f"\nstderr:\n{proc.stderr}")
     return proc
 
 

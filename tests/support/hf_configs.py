@@ -47,5 +47,6 @@ def llama_config_from_flags(flags: list[str], *, vocab_size: int, max_position_e
         num_key_value_heads=int(_flag(flags, "--num-query-groups")),
         head_dim=hidden // heads, max_position_embeddings=max_position_embeddings,
         rms_norm_eps=rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": float(_flag(flags, "--rotary-base"))},
+        rope_parameters={"rope_type": "default",
+                         "rope_theta": float(_flag(flags, "--rotary-base"))},
         tie_word_embeddings=False)

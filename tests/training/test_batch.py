@@ -47,8 +47,9 @@ def test_terminal_mask_comes_from_the_dataset(tmp_path, one_rank):
 
     rng = np.random.default_rng(0)
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"text": " ".join(map(str, rng.integers(0, VOCAB - 1, 40)))})
-                              + "\n" for _ in range(20)))
+    corpus.write_text("".join(
+        json.dumps({"text": " ".join(map(str, rng.integers(0, VOCAB - 1, 40)))}) + "\n"
+        for _ in range(20)))
     prefix = str(tmp_path / "ep")
     preprocess(PreprocessOptions(
         inputs=[str(corpus)], output_prefix=prefix, tokenizer=SPEC, append_eod=True,

@@ -95,7 +95,8 @@ def test_replay_and_sidecar_name_flags(prefix, spm_corpus, tmp_path, monkeypatch
     for ext in (".bin", ".idx"):
         shutil.copyfile(prefix + ext, plain + ext)
     blend = ["--data-path", "0.5", prefix, "0.5", plain]
-    with pytest.raises(UserError, match=r"plain: no EndPrompt sidecar .*--endprompt-replay-prefixes"):
+    with pytest.raises(UserError,
+                       match=r"plain: no EndPrompt sidecar .*--endprompt-replay-prefixes"):
         check_sidecars(_args(monkeypatch, *_base(prefix, tmp_path / "c", tok, *blend)))
     ok = _args(monkeypatch, *_base(prefix, tmp_path / "c", tok, *blend,
                                     "--endprompt-replay-prefixes", plain))

@@ -25,8 +25,8 @@ commit point they read the complete old pair, after the last rename the complete
 
 The prefix is also *exclusive*: ``PREFIX.lock`` is held for the whole run (the package's one
 file lock, :func:`megatron_endprompt.disk.exclusive`), so a second run writing the same prefix
-stops at once with one ``error:`` line instead of mixing its files with the first run's. Under the lock, temporaries left by dead processes
-(``PREFIX.bin.tmp-PID`` after a ``SIGKILL``) are removed.
+stops at once with one ``error:`` line instead of mixing its files with the first run's. Under the
+lock, temporaries left by dead processes (``PREFIX.bin.tmp-PID`` after a ``SIGKILL``) are removed.
 
 Fault injection: with ``MEGATRON_ENDPROMPT_FAULT_COMMIT_STEP=k`` the process ``os._exit``-s
 right after commit step ``k`` (see :data:`COMMIT_STEPS`), as a kill would; the reliability

@@ -9,16 +9,16 @@ prompt), and each sample is stored as a span row (see :mod:`.spans`) next to its
 How the cutting is reused without copying tokens: the maker is fed, per document, the *stream
 offsets* of its tokens (``arange(start, end)``) instead of the tokens, and prompts as negative
 markers; the "sample" it emits is then the list of offsets it would have copied, from which the
-span row is read off. Same code, same per-sample draws ``sample_rng(seed, i)``, same ``document-tail`` semantics
-(context and tail of one document; documents shorter than one sample packed into windows with
-contiguous positions, counted).
+span row is read off. Same code, same per-sample draws ``sample_rng(seed, i)``, same
+``document-tail`` semantics (context and tail of one document; documents shorter than one sample
+packed into windows with contiguous positions, counted).
 
 Writing: standalone, the sidecar goes to a temporary name and is renamed into place under the
-prefix lock (:func:`~megatron_endprompt.data.prepare.atomic_output.prefix_lock`), so it never meets a
-concurrent preprocessing of the same prefix and a crash leaves the previous sidecar; inside
+prefix lock (:func:`~megatron_endprompt.data.prepare.atomic_output.prefix_lock`), so it never meets
+a concurrent preprocessing of the same prefix and a crash leaves the previous sidecar; inside
 preprocessing it is one of :class:`~megatron_endprompt.data.prepare.atomic_output.PrefixWriter`'s
-temporaries. The tokenizer identity is recorded when a tokenizer is given, else none (the
-trainer then warns that it cannot check it).
+temporaries. The tokenizer identity is recorded when a tokenizer is given, else none (the trainer
+then warns that it cannot check it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from megatron_endprompt.data.sidecar.bin_checksum import bin_block_crcs
 from megatron_endprompt.data.sidecar.indexed_io import IndexReader
 from megatron_endprompt.data.prepare.prefix_guard import check_sidecar_target
 from megatron_endprompt.data.prepare.progress import Progress
-from megatron_endprompt.data.prepare.prompts import EOT_PROMPT, ep2_note, load_prompts, tokenize_prompts
+from megatron_endprompt.data.prepare.prompts import (EOT_PROMPT, ep2_note, load_prompts,
+                                                     tokenize_prompts)
 from megatron_endprompt.data.prepare.samples import SampleMaker
 from megatron_endprompt.data.sidecar.sidecar import (
     SidecarHeader,
@@ -43,7 +44,8 @@ from megatron_endprompt.data.sidecar.sidecar import (
     sidecar_path,
     write_sidecar,
 )
-from megatron_endprompt.data.sidecar.spans import EOD_PIECE, pack_sources, pieces_of, token_stream_bounds
+from megatron_endprompt.data.sidecar.spans import (EOD_PIECE, pack_sources, pieces_of,
+                                                   token_stream_bounds)
 from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.data.tokenize.tokenizer_identity import tokenizer_identity
@@ -273,7 +275,8 @@ def write_sidecar_atomic(out: str, header: SidecarHeader, records, sources) -> N
 
 
 def _check_corpus_ids(bin_path: str, dtype, vocab_size: int, prefix: str, *, prompts: bool,
-                      flag: str = "--tokenizer-model", probes: int = 64, probe_bytes: int = 1 << 20) -> None:
+                      flag: str = "--tokenizer-model", probes: int = 64,
+                      probe_bytes: int = 1 << 20) -> None:
     """Refuse a tokenizer whose vocabulary is smaller than the corpus's ids: it cannot have
     written the corpus, yet its identity would be recorded (and checked against training's
     tokenizer), and prompt ids would come from another vocabulary than the corpus's

@@ -1,16 +1,16 @@
 """Merge preprocessed shards (``PREFIX_partI_of_N``) into one prefix.
 
 The ``.bin/.idx`` are concatenated as Megatron's ``IndexedDatasetBuilder.add_index`` does
-(:class:`~megatron_endprompt.data.sidecar.indexed_io.IndexedWriter`: the same bytes, without importing
-torch), so the merged corpus is byte for byte what one run over all the inputs writes. The
-sidecars' records are concatenated unchanged (each shard drew its layouts from ``(seed, partition,
-sample)``); their spans are shifted by the tokens of the shards before them; the fingerprints
-of the merged ``.idx``/``.bin`` and the header checksum are recomputed (by
-:func:`~megatron_endprompt.data.sidecar.sidecar.write_sidecar`), and the shards' tokenizer identity is
-carried over. The output is committed like preprocessing's
+(:class:`~megatron_endprompt.data.sidecar.indexed_io.IndexedWriter`: the same bytes, without
+importing torch), so the merged corpus is byte for byte what one run over all the inputs writes. The
+sidecars' records are concatenated unchanged (each shard drew its layouts from
+``(seed, partition, sample)``); their spans are shifted by the tokens of the shards before them; the
+fingerprints of the merged ``.idx``/``.bin`` and the header checksum are recomputed (by
+:func:`~megatron_endprompt.data.sidecar.sidecar.write_sidecar`), and the shards' tokenizer identity
+is carried over. The output is committed like preprocessing's
 (:class:`~megatron_endprompt.data.prepare.atomic_output.PrefixWriter`: prefix lock, journaled
-all-or-nothing commit). Shards with different layout parameters, terminal settings or
-tokenizers are refused: their samples would not belong to one run.
+all-or-nothing commit). Shards with different layout parameters, terminal settings or tokenizers are
+refused: their samples would not belong to one run.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def merge(inputs: list[str], output_prefix: str, *, name: str | None = None) -> 
         if os.path.abspath(prefix) == out_abs or any(
                 same_file(prefix + s, output_prefix + s) for s in (".bin", ".idx")) \
                 or same_file(sidecar_path(prefix, name), out_sidecar):
-            raise UserError(f"--output-prefix {output_prefix} is also an input; choose a new prefix")
+            raise UserError(f"--output-prefix {output_prefix} is also an input; "
+                            "choose a new prefix")
         for suffix in (".bin", ".idx"):
             if not os.path.isfile(prefix + suffix):
                 raise UserError(f"--inputs {prefix}: {prefix}{suffix} not found; give prefixes "

@@ -27,7 +27,8 @@ import json
 import os
 
 from megatron_endprompt.data.prepare.atomic_output import written_paths
-from megatron_endprompt.data.sidecar.sidecar import SUFFIX, SidecarHeader, open_sidecar, sidecar_path
+from megatron_endprompt.data.sidecar.sidecar import (SUFFIX, SidecarHeader, open_sidecar,
+                                                     sidecar_path)
 from megatron_endprompt.errors import UserError
 
 __all__ = ["run_id", "same_file", "check_inputs_not_written", "check_shard_set",

@@ -10,7 +10,8 @@ Megatron-LM's ``tools/preprocess_data.py`` writes through ``IndexedDatasetBuilde
 tokenization serves every layout. With a local HF ``tokenizer.json`` the Rust pipeline starts
 before torch/Megatron-Core are imported (:mod:`~megatron_endprompt.data.tokenize.early_encode`), its
 work kept only if that file is exactly Megatron's tokenizer. Outputs go to temporary names,
-committed all-or-nothing under an exclusive prefix lock (:mod:`~megatron_endprompt.data.prepare.atomic_output`).
+committed all-or-nothing under an exclusive prefix lock
+(:mod:`~megatron_endprompt.data.prepare.atomic_output`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 
 from megatron_endprompt.data.prepare.atomic_output import (PrefixWriter, check_output_prefix,
                                                            check_targets)
-from megatron_endprompt.data.prepare.build_sidecar import NoSampleError, SidecarOptions, build_sidecar
+from megatron_endprompt.data.prepare.build_sidecar import (NoSampleError, SidecarOptions,
+                                                           build_sidecar)
 from megatron_endprompt.data.tokenize.early_encode import EarlyEncoding, tokenizer_json
 from megatron_endprompt.data.tokenize.encode import fast_encoded, first_texts, pool_encoded
 from megatron_endprompt.data.sidecar.indexed_io import IndexedWriter, optimal_dtype

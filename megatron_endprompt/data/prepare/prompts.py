@@ -33,7 +33,8 @@ from megatron_endprompt.errors import UserError
 from megatron_endprompt.data.tokenize.tokenizer import encode_plain, token_text
 
 EOD_PROMPT = "<eod>"
-"""Stands for the tokenizer's end-of-document token ``tokenizer.eod`` (its ``eos_token``), one id."""
+"""Stands for the tokenizer's end-of-document token ``tokenizer.eod``
+(its ``eos_token``), one id."""
 
 EOT_PROMPT = "<eot>"
 """The paper's EP2: ``<|eot_id|>`` where the tokenizer has it, else ``tokenizer.eod``; one id."""

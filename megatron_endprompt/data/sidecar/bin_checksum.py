@@ -7,9 +7,9 @@ Megatron's ``.bin`` has no checksum, and the sidecar's fingerprint covers the ``
   ``merge_endprompt``) records the zlib CRC-32 of each :data:`BLOCK_BYTES` block of the
   ``.bin`` in the sidecar header field ``bin_crc32`` (``{"block_bytes": B, "crcs": [...]}``;
   ~11 bytes of header per 64 MiB: ~0.7 MB for a 4 TB ``.bin``);
-* **first use** (:func:`megatron_endprompt.data.sidecar.trust.ensure_verified`, once per file identity
-  of sidecar/``.idx``/``.bin``, i.e. again after any write to the ``.bin``, which changes its
-  ``ctime``): every block is checked;
+* **first use** (:func:`megatron_endprompt.data.sidecar.trust.ensure_verified`, once per file
+  identity of sidecar/``.idx``/``.bin``, i.e. again after any write to the ``.bin``, which changes
+  its ``ctime``): every block is checked;
 * **every later start** (the identity is cached): :data:`SAMPLED_BLOCKS` blocks drawn at random
   are checked again.
 

@@ -71,8 +71,9 @@ def write_sidecar(path: str, header: SidecarHeader, records: np.ndarray,
     or ``{}`` when the tokenizer is unknown). ``records``: int32 ``[num_samples, 2 * N]``
     (an array or a memory map; written and checksummed in chunks). ``sources``: int64 1-D
     for a sidecar over an existing corpus (``header.sources`` set; its ``length`` and
-    ``crc32`` are filled here). ``records_crc32`` and the header checksum are filled here. Every value is validated before anything is written.
-    Not atomic: the caller writes to a temporary name and renames.
+    ``crc32`` are filled here). ``records_crc32`` and the header checksum are filled here. Every
+    value is validated before anything is written. Not atomic: the caller writes to a temporary name
+    and renames.
     """
     if records.ndim != 2 or records.shape[0] != header.num_samples:
         raise ValueError(f"records shape {records.shape} does not match num_samples "

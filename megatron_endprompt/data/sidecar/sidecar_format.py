@@ -146,8 +146,8 @@ class SidecarHeader:
 
     tokenizer: dict = field(default_factory=dict)
     """Tokenizer identity in its on-disk form
-    (:meth:`~megatron_endprompt.data.tokenize.tokenizer_identity.TokenizerIdentity.as_dict`: type, model,
-    vocab_size, eod, fingerprint); empty when unknown (no check at training). Read it as
+    (:meth:`~megatron_endprompt.data.tokenize.tokenizer_identity.TokenizerIdentity.as_dict`: type,
+    model, vocab_size, eod, fingerprint); empty when unknown (no check at training). Read it as
     :attr:`tokenizer_identity`."""
 
     stats: dict = field(default_factory=dict)

@@ -1,6 +1,7 @@
-"""The terminal of every sample: where its last tokens come from, how many, and the seed of the per-sample draws — one frozen :class:`TerminalSpec`, defined and validated here
-once for preprocessing, sidecar building and the CLIs; :func:`check_source`/:func:`check_seed`
-are the same rules for a value read from a sidecar header.
+"""The terminal of every sample: where its last tokens come from, how many, and the seed of the
+per-sample draws — one frozen :class:`TerminalSpec`, defined and validated here once for
+preprocessing, sidecar building and the CLIs; :func:`check_source`/:func:`check_seed` are the same
+rules for a value read from a sidecar header.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ import logging
 import os
 
 from megatron_endprompt.data.sidecar.bin_checksum import SAMPLED_BLOCKS, verify_bin
-from megatron_endprompt.data.sidecar.sidecar import VERSION, Sidecar, file_fingerprint, verify_sidecar
+from megatron_endprompt.data.sidecar.sidecar import (VERSION, Sidecar, file_fingerprint,
+                                                     verify_sidecar)
 from megatron_endprompt.disk import write_text
 
 logger = logging.getLogger(__name__)

@@ -4,17 +4,16 @@ Building Megatron's tokenizer and its ``.bin`` writer imports torch, Megatron-Co
 transformers: ~4-5 s of one core before the first document could be tokenized, a third of a
 15M-token run. For ``--tokenizer-type HuggingFaceTokenizer`` with a local directory holding a
 ``tokenizer.json``, :class:`EarlyEncoding` loads that file with ``tokenizers`` alone (~0.1 s)
-and starts the Rust batch pipeline (:func:`~megatron_endprompt.data.tokenize.encode.fast_encoded`) in a
-background thread at once; the imports run meanwhile on the main thread (the Rust work runs
-without the GIL). Nothing is written until Megatron's tokenizer exists. :meth:`adopt` then
-keeps the documents already encoded — and the running pipeline — only if the file's tokenizer
-is exactly the one Megatron built (same serialized state: model, normalizer, pre-tokenizer,
-post-processor, added tokens; ``to_str()`` equal), so the ids are Megatron's by construction,
-and the probe of :func:`~megatron_endprompt.data.tokenize.encode.probe_fast_encoder` has already
-passed on Megatron's own backend. With ``use_tiktoken`` the thread runs the tiktoken encoder
-of the same file (:mod:`.tiktoken_encoder`), kept only if the probe chose tiktoken too.
-Otherwise the work is dropped and the caller encodes from
-scratch with Megatron's backend: slower, never different.
+and starts the Rust batch pipeline (:func:`~megatron_endprompt.data.tokenize.encode.fast_encoded`)
+in a background thread at once; the imports run meanwhile on the main thread (the Rust work runs
+without the GIL). Nothing is written until Megatron's tokenizer exists. :meth:`adopt` then keeps the
+documents already encoded — and the running pipeline — only if the file's tokenizer is exactly the
+one Megatron built (same serialized state: model, normalizer, pre-tokenizer, post-processor, added
+tokens; ``to_str()`` equal), so the ids are Megatron's by construction, and the probe of
+:func:`~megatron_endprompt.data.tokenize.encode.probe_fast_encoder` has already passed on Megatron's
+own backend. With ``use_tiktoken`` the thread runs the tiktoken encoder of the same file
+(:mod:`.tiktoken_encoder`), kept only if the probe chose tiktoken too. Otherwise the work is dropped
+and the caller encodes from scratch with Megatron's backend: slower, never different.
 
 Memory stays bounded: the thread stops producing while ``max_pending_tokens`` encoded tokens
 wait to be written.

@@ -12,8 +12,8 @@ table, ``detokenize``), from the ``tokenizers.Tokenizer`` of the directory's ``t
   ``special_tokens_map.json`` (:func:`config_eos_token`), ``None`` when neither names one.
 
 It is used in place of Megatron's tokenizer only where
-:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict` has found both equal (identity and ids) for
-the same files and library versions; ``inspect`` uses it when the recorded vocabulary
+:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict` has found both equal (identity and ids)
+for the same files and library versions; ``inspect`` uses it when the recorded vocabulary
 fingerprint matches.
 """
 

@@ -28,9 +28,11 @@ def expand_inputs(patterns: list[str]) -> list[str]:
             if not os.path.isfile(p) or not os.access(p, os.R_OK):
                 raise UserError(f"--input {p}: not a readable file")
             stem, ext = os.path.splitext(p)
-            if ext in (".bin", ".idx") and os.path.isfile(stem + ".bin") and os.path.isfile(stem + ".idx"):
+            if ext in (".bin", ".idx") and os.path.isfile(stem + ".bin") \
+                    and os.path.isfile(stem + ".idx"):
                 raise UserError(f"--input {p}: an already tokenized Megatron corpus; give it a "
-                                f"sidecar instead: tools/build_endprompt_sidecar.py --data-prefix {stem}")
+                                f"sidecar instead: tools/build_endprompt_sidecar.py "
+                                f"--data-prefix {stem}")
         paths.extend(matches)
     return paths
 
@@ -121,7 +123,8 @@ def parse_line(path: str, lineno: int, raw: bytes, keys: list[str]) -> tuple[str
     parts = []
     for key in keys:
         if key not in obj:
-            raise UserError(f"{where}: no key {key!r} (keys: {', '.join(map(str, obj)) or 'none'}); "
+            raise UserError(f"{where}: no key {key!r} "
+                            f"(keys: {', '.join(map(str, obj)) or 'none'}); "
                             "pass the right --json-keys")
         if not isinstance(obj[key], str):
             raise UserError(f"{where}: key {key!r} is {type(obj[key]).__name__}, not a string")

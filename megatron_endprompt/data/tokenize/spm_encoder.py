@@ -16,8 +16,9 @@ ids on the first documents and on :data:`SPM_STRESS_TEXTS`. Documents longer tha
 ``encode._CHUNK_CHARS`` are cut like the byte-level paths' long lines (bounded memory, threads
 busy), but only at a single space between two ASCII word characters, and only for a model
 whose normalizer adds the dummy prefix and whose pieces never hold ``▁`` past their first
-character unless made of ``▁`` only (:func:`cut_safe`): there SentencePiece starts a piece at every space, and the dummy
-prefix of the next chunk is that space, so the chunks' ids are the whole text's.
+character unless made of ``▁`` only (:func:`cut_safe`): there SentencePiece starts a piece at every
+space, and the dummy prefix of the next chunk is that space, so the chunks' ids are the whole
+text's.
 """
 
 from __future__ import annotations

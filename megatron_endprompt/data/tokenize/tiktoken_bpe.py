@@ -79,7 +79,8 @@ def convert_pattern(pattern: str) -> tuple[str | None, str]:
                 return None, "split pattern ends in a backslash"
             nxt = pattern[i + 1]
             if depth == 0 and nxt in "hHZGK":
-                return None, f"split pattern uses \\{nxt}, which the two regex engines read differently"
+                return None, (f"split pattern uses \\{nxt}, "
+                              "which the two regex engines read differently")
             j = i + 2
             if nxt in "pP" and j < len(pattern) and pattern[j] == "{":
                 j = pattern.index("}", j) + 1
@@ -110,7 +111,8 @@ def convert_pattern(pattern: str) -> tuple[str | None, str]:
                 i += 1
             continue
         if c in "^$":
-            return None, f"split pattern uses {c!r}, a line anchor to Oniguruma but a text anchor to tiktoken"
+            return None, (f"split pattern uses {c!r}, a line anchor to Oniguruma "
+                          "but a text anchor to tiktoken")
         if c == "{":
             m = re.match(r"\{\d*(,\d*)?\}", pattern[i:])
             if m:
@@ -205,8 +207,8 @@ def convert(tokenizer_json: str) -> Conversion:
         if model.get(key):
             return Conversion(encoding=None, reason=f"BPE {key}={model.get(key)!r}")
     if (spec.get("decoder") or {}).get("type") != "ByteLevel":
-        return Conversion(encoding=None, reason=f"decoder {(spec.get('decoder') or {}).get('type')} "
-                                                "(not ByteLevel)")
+        decoder = (spec.get("decoder") or {}).get("type")
+        return Conversion(encoding=None, reason=f"decoder {decoder} (not ByteLevel)")
     pattern, note = _pre_tokenizer_pattern(spec.get("pre_tokenizer"))
     if pattern is None:
         return Conversion(encoding=None, reason=note)

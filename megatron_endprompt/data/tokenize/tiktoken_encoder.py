@@ -1,14 +1,15 @@
 """The tiktoken path of preprocessing: :class:`TiktokenEncoder` and the id probe that admits it.
 
-A byte-level BPE ``tokenizer.json`` that :func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.convert`
-accepts is encoded by ``tiktoken`` (~5x less CPU per token than HF ``tokenizers``), but only
-after :func:`probe_tiktoken` found the same ids as Megatron's own tokenizer on the first
-documents and on :data:`STRESS_TEXTS` (digit runs, contractions in both cases, whitespace and
-newline runs, scripts with combining marks, emoji sequences, special-token literals). Either
-failure falls back to the HF path with one line saying why. When a cached verdict
-(:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict`) says ``tokenizer.json`` alone is Megatron's
-tokenizer, "Megatron's" ids here are those of its ``tokenizers`` stand-in
-(:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`), and the line says so.
+A byte-level BPE ``tokenizer.json`` that
+:func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.convert` accepts is encoded by ``tiktoken``
+(~5x less CPU per token than HF ``tokenizers``), but only after :func:`probe_tiktoken` found the
+same ids as Megatron's own tokenizer on the first documents and on :data:`STRESS_TEXTS` (digit runs,
+contractions in both cases, whitespace and newline runs, scripts with combining marks, emoji
+sequences, special-token literals). Either failure falls back to the HF path with one line saying
+why. When a cached verdict (:mod:`~megatron_endprompt.data.tokenize.tokenizer_verdict`) says
+``tokenizer.json`` alone is Megatron's tokenizer, "Megatron's" ids here are those of its
+``tokenizers`` stand-in (:class:`~megatron_endprompt.data.tokenize.json_tokenizer.JsonTokenizer`),
+and the line says so.
 
 A vocabulary that lacks some single bytes still converts: each document whose UTF-8 holds one
 (:func:`~megatron_endprompt.data.tokenize.tiktoken_bpe.missing_byte_finder`) is encoded by the HF
@@ -40,7 +41,8 @@ STRESS_TEXTS: tuple[str, ...] = (
     "tabs\tand\t\ttabs\n\nnew\r\nlines\r\r\n\n\n  \n indented\n\t\n",
     "punctuation!!! ... ?!? (brackets) [x] {y} \"quotes\" 'single' -- — – … «»",
     "caf\u00e9 cafe\u0301 na\u00efve \u00c5ngstr\u00f6m \u1e9b\u0323 \ufb01ne",
-    "\u65e5\u672c\u8a9e\u306e\u6587\u7ae0\u3002\u4e2d\u6587\u5b57\u7b26\u3002\ud55c\uad6d\uc5b4 \ubb38\uc7a5",
+    "\u65e5\u672c\u8a9e\u306e\u6587\u7ae0\u3002\u4e2d\u6587\u5b57\u7b26\u3002"
+    "\ud55c\uad6d\uc5b4 \ubb38\uc7a5",
     "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u0939\u093f\u0928\u094d\u0926\u0940 "
     "\u0e44\u0e17\u0e22 \u05e2\u05d1\u05e8\u05d9\u05ea \u0440\u0443\u0441\u0441\u043a\u0438\u0439",
     "emoji \U0001f642\U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467 "
@@ -112,7 +114,8 @@ class TiktokenEncoder:
             total, groups, start, acc = sum(map(len, pieces)), [], 0, 0
             for i, p in enumerate(pieces):
                 acc += len(p)
-                if acc >= total * (len(groups) + 1) / self.workers and len(groups) < self.workers - 1:
+                if (acc >= total * (len(groups) + 1) / self.workers
+                        and len(groups) < self.workers - 1):
                     groups.append((start, i + 1))
                     start = i + 1
             groups.append((start, len(pieces)))
@@ -136,7 +139,8 @@ class TiktokenEncoder:
             self._pool.shutdown(wait=False)
 
 
-def tiktoken_encoder(backend, *, eod: int | None, workers: int) -> tuple[TiktokenEncoder | None, str]:
+def tiktoken_encoder(backend, *, eod: int | None,
+                     workers: int) -> tuple[TiktokenEncoder | None, str]:
     """``(encoder, what)`` for a ``tokenizers.Tokenizer`` that converts, else ``(None, why)``."""
     conv = convert(backend.to_str())
     if conv.encoding is None:

@@ -24,7 +24,8 @@ class TokenizerSpec:
     """How to build the tokenizer (Megatron's ``--tokenizer-type`` / ``--tokenizer-model``)."""
 
     tokenizer_type: str
-    """Megatron tokenizer type, e.g. ``HuggingFaceTokenizer`` (Llama-3), ``GPTSentencePieceTokenizer``."""
+    """Megatron tokenizer type, e.g. ``HuggingFaceTokenizer`` (Llama-3),
+    ``GPTSentencePieceTokenizer``."""
 
     tokenizer_model: str | None = None
     """Model file (SentencePiece/TikToken) or HF directory/name; unused by ``NullTokenizer``."""
@@ -42,7 +43,8 @@ def check_tokenizer_spec(spec: TokenizerSpec) -> None:
     types = supported_tokenizer_types()
     if spec.tokenizer_type not in types:
         raise UserError(
-            f"--tokenizer-type {spec.tokenizer_type} is not supported; use one of {', '.join(types)}"
+            f"--tokenizer-type {spec.tokenizer_type} is not supported; "
+            f"use one of {', '.join(types)}"
         )
     if spec.tokenizer_type == "NullTokenizer":
         if not spec.vocab_size:
@@ -51,7 +53,8 @@ def check_tokenizer_spec(spec: TokenizerSpec) -> None:
     path = spec.tokenizer_model
     if not path:
         raise UserError(f"--tokenizer-type {spec.tokenizer_type} needs --tokenizer-model PATH")
-    if spec.tokenizer_type in _NEEDS_FILE and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+    if spec.tokenizer_type in _NEEDS_FILE and not (os.path.isfile(path)
+                                                   and os.access(path, os.R_OK)):
         raise UserError(
             f"--tokenizer-model {path}: not a readable file; point it to the tokenizer model file"
         )

@@ -13,8 +13,8 @@ most of a run on a small corpus). :func:`preprocessing_tokenizer` builds it the 
 * the identity (:func:`~megatron_endprompt.data.tokenize.tokenizer_identity.tokenizer_identity`:
   vocabulary size, EOD, fingerprint of the id -> token table) is equal;
 * ``tokenize`` (special tokens around the text) and the plain encoding (prompts) give the same
-  ids on :data:`~megatron_endprompt.data.tokenize.tiktoken_encoder.STRESS_TEXTS` and the added tokens'
-  literals.
+  ids on :data:`~megatron_endprompt.data.tokenize.tiktoken_encoder.STRESS_TEXTS` and the added
+  tokens' literals.
 
 When all hold, the verdict is written (atomically) to ``CACHE/tokenizer-verdicts/KEY.json``,
 ``KEY`` the SHA-256 of every tokenizer file of the directory (weights excluded) and of the
@@ -49,7 +49,8 @@ from megatron_endprompt.data.tokenize.spm_encoder import (SPM_STRESS_TEXTS, SpmT
                                                           spm_processor)
 from megatron_endprompt.data.tokenize.tiktoken_encoder import STRESS_TEXTS
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer, encode_plain
-from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity, tokenizer_identity
+from megatron_endprompt.data.tokenize.tokenizer_identity import (TokenizerIdentity,
+                                                                 tokenizer_identity)
 from megatron_endprompt.disk import write_text
 
 VERDICT_VERSION = 1
@@ -180,7 +181,8 @@ def _spm_tokenizer(spec: TokenizerSpec, root: str | None) -> tuple[Any, str]:
         return build_tokenizer(spec), ""
     return _checked(os.path.join(root, key + ".json"), light, lambda: build_tokenizer(spec),
                     compare_spm, label=spec.tokenizer_type, library="sentencepiece",
-                    light_read="model read by sentencepiece alone", files="this model and these versions",
+                    light_read="model read by sentencepiece alone",
+                    files="this model and these versions",
                     record={"versions": versions,
                             "model": os.path.abspath(spec.tokenizer_model),
                             "type": spec.tokenizer_type})

@@ -48,7 +48,8 @@ def test_merged_shards_equal_one_run(shards, run_tool):
     # sidecar v2: header checksum recomputed (read_sidecar checked it), tokenizer identity kept
     from megatron_endprompt.data.tokenize.tokenizer_identity import TokenizerIdentity
 
-    assert TokenizerIdentity.from_dict(sc.header.tokenizer).is_known and sc.header.tokenizer == shard_scs[0].header.tokenizer
+    assert TokenizerIdentity.from_dict(sc.header.tokenizer).is_known
+    assert sc.header.tokenizer == shard_scs[0].header.tokenizer
     assert not any(f.endswith(".lock") or ".tmp-" in f for f in os.listdir(root))
     # every merged sample is the shard's sample (spans shifted into the merged stream) and a
     # contiguous continuation window of the merged corpus

@@ -191,8 +191,8 @@ def test_document_tail_never_mixes_documents(spm_tokenizer):
     from megatron_endprompt.data.prepare.samples import SampleMaker
     from megatron_endprompt.layout import LayoutConfig
 
-    maker = SampleMaker(LayoutConfig(seq_length=P, target_length=L), terminal_source="document-tail",
-                        terminal_length=B)
+    maker = SampleMaker(LayoutConfig(seq_length=P, target_length=L),
+                        terminal_source="document-tail", terminal_length=B)
     lengths = [20, 30, 25, 200, 10, 40, 50, 30, 90]
     docs = [np.full(n, 1000 + k, dtype=np.int64) for k, n in enumerate(lengths)]
     out = [s for d in docs for s in maker.add_document(d)]

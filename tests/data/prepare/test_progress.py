@@ -48,7 +48,8 @@ def test_lines_are_periodic_and_end_with_a_last_line():
     lines = out.getvalue().splitlines()
     assert len(lines) == 4  # at 30, 60, 90 s and the last one
     assert lines[0].startswith("progress: 30 of 100 documents (30.0%)")
-    assert lines[-1].startswith("progress: 100 of 100 documents (100.0%)") and "ETA" not in lines[-1]
+    assert lines[-1].startswith("progress: 100 of 100 documents (100.0%)")
+    assert "ETA" not in lines[-1]
     assert "\r" not in out.getvalue()
 
 
@@ -59,7 +60,8 @@ def test_preprocess_log_lines_show_possible_rates(llama3_args, run_tool, tmp_pat
     all the tokens in 0.25 s — the old lines divided the drained backlog by microseconds."""
     import time
 
-    import megatron_endprompt.data.tokenize.tokenizer_verdict as tv  # a cold run builds Megatron's there
+    # a cold run builds Megatron's there
+    import megatron_endprompt.data.tokenize.tokenizer_verdict as tv
 
     real = tv.build_tokenizer
     monkeypatch.setattr(tv, "build_tokenizer", lambda spec: time.sleep(0.3) or real(spec))

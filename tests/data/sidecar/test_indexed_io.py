@@ -75,7 +75,8 @@ def test_optimal_dtype_is_megatrons():
         assert optimal_dtype(vocab) == np.dtype(DType.optimal_dtype(vocab))
 
 
-@pytest.mark.parametrize("blob,words", [(b"", "only 0 bytes"), (b"NOTANIDX" + bytes(40), "bad magic"),
+@pytest.mark.parametrize("blob,words", [(b"", "only 0 bytes"),
+                                        (b"NOTANIDX" + bytes(40), "bad magic"),
                                         (b"MMIDIDX\x00\x00" + (2).to_bytes(8, "little") + bytes(17),
                                          "version 2"),
                                         (b"MMIDIDX\x00\x00" + (1).to_bytes(8, "little") + b"\x09"

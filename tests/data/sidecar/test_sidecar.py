@@ -39,9 +39,10 @@ def _write_set(prefix: str, n: int = 20, pose: int = 2, seed: int = 0, name=None
     for _ in range(n):
         builder.add_document(rng.integers(0, 500, P + 1), [P + 1])
     builder.finalize(prefix + ".idx")
-    records = np.stack([make_record(layout, terminal_length=4, rng=sample_rng(seed, i)) for i in range(n)])
-    header = SidecarHeader(layout=layout.to_header(), terminal_source="continuation", terminal_length=4,
-                           seed=seed, num_samples=n, tokenizer=dict(TOKENIZER),
+    records = np.stack([make_record(layout, terminal_length=4, rng=sample_rng(seed, i))
+                        for i in range(n)])
+    header = SidecarHeader(layout=layout.to_header(), terminal_source="continuation",
+                           terminal_length=4, seed=seed, num_samples=n, tokenizer=dict(TOKENIZER),
                            **data_fingerprint(prefix))
     write_sidecar(sidecar_path(prefix, name), header, records)
     return records

@@ -143,7 +143,8 @@ def test_rank0_verifies_others_hit_the_cache(tmp_path):
     prefix = str(tmp_path / "ep")
     preprocess(PreprocessOptions(
         inputs=[_corpus(tmp_path / "c.jsonl", n_docs=60)], output_prefix=prefix, tokenizer=SPEC,
-        append_eod=True, progress=False, terminal=TerminalSpec(source="continuation", length=8, seed=7),
+        append_eod=True, progress=False,
+        terminal=TerminalSpec(source="continuation", length=8, seed=7),
         layout=LayoutConfig(seq_length=32, target_length=256, placement="random")))
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trust_worker.py")
     proc = run_torchrun(worker, "--prefix", prefix, "--cache", tmp_path / "cache",
