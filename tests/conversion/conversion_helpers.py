@@ -61,6 +61,19 @@ def hf_model(hf_dir: str, **config_overrides):
         hf_dir, dtype=torch.float32, attn_implementation="eager", **config_overrides).eval()
 
 
+def hf_tensors(hf_dir: str) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF safetensors directory (sharded with an index)."""
+    from safetensors import safe_open
+
+    with open(os.path.join(hf_dir, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for name, file in weight_map.items():
+        with safe_open(os.path.join(hf_dir, file), framework="pt") as f:
+            out[name] = f.get_tensor(name)
+    return out
+
+
 def read_config(hf_dir: str) -> dict:
     with open(os.path.join(hf_dir, "config.json")) as f:
         return json.load(f)

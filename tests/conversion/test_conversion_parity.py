@@ -4,7 +4,6 @@ round trip, and the exported directory working with ``AutoModelForCausalLM``."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from conversion_helpers import (
     WINDOW,
     endprompt_positions,
     hf_model,
+    hf_tensors,
     read_config,
 )
 
@@ -49,8 +49,6 @@ def test_logits_match_hf_with_endprompt_positions(tiny_hf, converted, megatron_f
 
 def test_round_trip_is_bit_exact_and_export_is_complete(tiny_hf, converted, tmp_path,
                                                         megatron_forward, run_tool):
-    from safetensors import safe_open
-
     from megatron_endprompt.cli.convert import main
 
     out = tmp_path / "exported"
@@ -60,16 +58,7 @@ def test_round_trip_is_bit_exact_and_export_is_complete(tiny_hf, converted, tmp_
     assert rc == 0, err
     assert "linear RoPE factor 16" in stdout
     # every tensor bit-exact, names and shapes identical, vocabulary unpadded
-    def tensors(d):
-        with open(os.path.join(d, "model.safetensors.index.json")) as f:
-            wm = json.load(f)["weight_map"]
-        out = {}
-        for name, file in wm.items():
-            with safe_open(os.path.join(d, file), framework="pt") as f:
-                out[name] = f.get_tensor(name)
-        return out
-
-    src, dst = tensors(tiny_hf), tensors(str(out))
+    src, dst = hf_tensors(tiny_hf), hf_tensors(str(out))
     assert sorted(src) == sorted(dst)
     for name in src:
         assert src[name].dtype == dst[name].dtype and torch.equal(src[name], dst[name]), name

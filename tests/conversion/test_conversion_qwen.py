@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conversion_helpers import HEADS, HIDDEN, VOCAB, endprompt_positions, hf_model, read_config
-from qwen_helpers import QWEN_LAYERS, QWEN_THETA, hf_tensors, make_qwen_model
+from conversion_helpers import HEADS, HIDDEN, VOCAB, endprompt_positions, hf_model, hf_tensors, \
+    read_config
+from qwen_helpers import QWEN_LAYERS, QWEN_THETA, make_qwen_model
 
 L, S_PI, SEQ = 1024, 16.0, 48
 FAMILIES = ("qwen2", "qwen3")
