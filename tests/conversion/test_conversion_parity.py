@@ -12,6 +12,7 @@ from conversion_helpers import (
     THETA,
     VOCAB,
     WINDOW,
+    assert_matches_linear_pi_hf,
     endprompt_positions,
     hf_model,
     hf_tensors,
@@ -34,17 +35,8 @@ def test_logits_match_hf_with_endprompt_positions(tiny_hf, converted, megatron_f
     ids, pos = _batch()
     mg = megatron_forward(converted, ids, pos, S_PI)
     assert mg.logits.shape == (2, SEQ, 1024)  # padded for TP=2: multiple of 256
-    hf = hf_model(tiny_hf, rope_parameters={"rope_type": "linear", "factor": S_PI,
-                                            "rope_theta": THETA})
-    with torch.no_grad():
-        ref = hf(input_ids=ids, position_ids=pos).logits
-    diff = (mg.logits[..., :VOCAB] - ref).abs().max().item()
-    print(f"TP=1 max |logit diff| = {diff:.3e}")
-    assert diff <= 1e-4
-    # the positions matter (a wrong RoPE would not be caught by contiguous positions)
-    with torch.no_grad():
-        plain = hf(input_ids=ids, position_ids=torch.arange(SEQ)[None].repeat(2, 1)).logits
-    assert (plain - ref).abs().max() > 1e-2
+    assert_matches_linear_pi_hf(mg.logits, tiny_hf, ids, pos, pi_factor=S_PI, theta=THETA,
+                                label="TP=1")
 
 
 def test_round_trip_is_bit_exact_and_export_is_complete(tiny_hf, converted, tmp_path,
