@@ -23,7 +23,7 @@ def checkpoint_model(path: str, build: Callable[[Any], torch.nn.Module]
     """The model ``build(saved_args)`` makes, in eval mode, with the weights of the checkpoint at
     ``path`` (its directory or one iteration's) loaded (TP=PP=CP=1, CPU); usable only inside the
     ``with`` (the process group and the CPU forward end with it)."""
-    # imported here: importing the support package must not import Megatron
+    # lazy: spares Megatron when the support package is imported
     from megatron_endprompt.conversion.megatron_ckpt import (
         find_checkpoint,
         load_common_state,
