@@ -11,8 +11,8 @@ import json
 import sys
 
 from megatron_endprompt import runtime
-from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
-                                         terminal_from_args)
+from megatron_endprompt.cli.kit import (add_layout_arguments, add_summary_arguments, entry,
+                                         layout_from_args, terminal_from_args)
 from megatron_endprompt.data.prepare.build_sidecar import SidecarOptions, build_sidecar
 from megatron_endprompt.data.coverage import coverage_line
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
@@ -37,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer-model", default=None, help="tokenizer file or HF directory")
     p.add_argument("--vocab-size", type=int, default=None, help="NullTokenizer vocabulary size")
     add_layout_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--summary-json", action="store_true", help="print the summary as JSON")
+    add_summary_arguments(p)
     return p
 
 

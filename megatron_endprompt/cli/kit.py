@@ -20,7 +20,8 @@ from megatron_endprompt.layout import PLACEMENTS, LayoutConfig
 from megatron_endprompt.loss_weights import LossWeights
 from megatron_endprompt.window import PREPROCESS_FLAGS
 
-__all__ = ["add_layout_arguments", "entry", "layout_from_args", "terminal_from_args", "user_errors"]
+__all__ = ["add_layout_arguments", "add_summary_arguments", "entry", "layout_from_args",
+           "terminal_from_args", "user_errors"]
 
 
 def entry(main: Callable[[list[str] | None], int | None]) -> Callable[[], None]:
@@ -60,6 +61,13 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--context-loss-weight", type=float, default=1.0,
                    help="1 keeps ordinary LM loss on the context; 0 trains terminals only")
     g.add_argument("--seed", type=int, default=1234)
+
+
+def add_summary_arguments(p: argparse.ArgumentParser) -> None:
+    """How the tools that write a sidecar report: a progress bar or none, and the summary as
+    text or as JSON (for scripts)."""
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--summary-json", action="store_true", help="print the summary as JSON")
 
 
 def terminal_from_args(args: argparse.Namespace) -> TerminalSpec:

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Iterator
 
 from megatron_endprompt import runtime
-from megatron_endprompt.cli.kit import (add_layout_arguments, entry, layout_from_args,
-                                         terminal_from_args)
+from megatron_endprompt.cli.kit import (add_layout_arguments, add_summary_arguments, entry,
+                                         layout_from_args, terminal_from_args)
 from megatron_endprompt.data.coverage import coverage_line
 from megatron_endprompt.data.prepare.preprocess import (PreprocessOptions, format_summary,
                                                          preprocess)
@@ -68,8 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, metavar="NAME",
                    help="write the sidecar as PREFIX.NAME.endprompt (several layouts per corpus; "
                         "pretrain picks one with --endprompt-sidecar-name NAME)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--summary-json", action="store_true", help="print the summary as JSON")
+    add_summary_arguments(p)
     return p
 
 

@@ -55,12 +55,19 @@ class HFToMegatronOptions:
     """Options of ``convert_checkpoint.py hf-to-megatron``."""
 
     hf_dir: str
+    """The HF model directory (``config.json`` and safetensors); only read."""
     output: str
+    """The Megatron checkpoint directory to write (whole or not at all)."""
     tensor_parallel_size: int = 1
+    """TP of the written checkpoint (divides the attention heads and KV groups)."""
     pipeline_parallel_size: int = 1
+    """PP of the written checkpoint (divides the layers)."""
     make_vocab_size_divisible_by: int = 128
+    """Megatron's vocabulary padding unit (times TP), as training will pad it."""
     overwrite: bool = False
+    """Replace an existing ``output`` (otherwise it is refused)."""
     progress: bool = True
+    """Show a progress bar over the tensors."""
 
 
 def dims_for(spec: HFModelSpec, padded_vocab: int) -> Dims:

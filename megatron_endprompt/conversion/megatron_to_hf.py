@@ -60,13 +60,21 @@ class MegatronToHFOptions:
     """Options of ``convert_checkpoint.py megatron-to-hf``."""
 
     checkpoint: str
+    """The Megatron checkpoint: its save directory or one ``iter_*`` directory; only read."""
     output: str
+    """The HF directory to write (whole or not at all)."""
     tokenizer: str | None = None
+    """Tokenizer to export beside the weights (default: the one the run recorded, if any)."""
     target_length: int | None = None
+    """``L`` of the exported RoPE scaling (default: the run's)."""
     pi_factor: float | None = None
+    """``s`` of the exported RoPE scaling (default: the run's)."""
     overwrite: bool = False
+    """Replace an existing ``output`` (otherwise it is refused)."""
     progress: bool = True
+    """Show a progress bar over the tensors."""
     max_shard_bytes: int = 2 << 30
+    """Largest safetensors shard written."""
     lora_format: str = "merged"
     """LoRA adapters: ``merged`` into the weights, or ``peft`` (an adapter directory)."""
 

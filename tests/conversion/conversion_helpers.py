@@ -61,6 +61,38 @@ def hf_model(hf_dir: str, **config_overrides):
         hf_dir, dtype=torch.float32, attn_implementation="eager", **config_overrides).eval()
 
 
+def assert_matches_linear_pi_hf(logits: torch.Tensor, hf_dir: str, ids: torch.Tensor,
+                                pos: torch.Tensor, *, pi_factor: float, theta: float,
+                                label: str) -> None:
+    """Megatron ``logits`` ``[B, S, V_padded]`` of ``ids`` at ``pos`` (``[B, S]``, EndPrompt
+    positions) match the HF model of ``hf_dir`` with linear RoPE scaling ``pi_factor`` at the same
+    positions (max |diff| <= 1e-4), and those positions matter: contiguous ones give other HF
+    logits (a wrong RoPE, or biases/norms before it, would not show on contiguous positions)."""
+    hf = hf_model(hf_dir, rope_parameters={"rope_type": "linear", "factor": pi_factor,
+                                           "rope_theta": theta})
+    with torch.no_grad():
+        ref = hf(input_ids=ids, position_ids=pos).logits
+        contiguous = torch.arange(ids.shape[1])[None].repeat(ids.shape[0], 1)
+        plain = hf(input_ids=ids, position_ids=contiguous).logits
+    diff = (logits[..., :VOCAB] - ref).abs().max().item()
+    print(f"{label}: max |logit diff| = {diff:.3e}")
+    assert diff <= 1e-4
+    assert (plain - ref).abs().max() > 1e-2
+
+
+def hf_tensors(hf_dir: str) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF safetensors directory (sharded with an index)."""
+    from safetensors import safe_open
+
+    with open(os.path.join(hf_dir, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for name, file in weight_map.items():
+        with safe_open(os.path.join(hf_dir, file), framework="pt") as f:
+            out[name] = f.get_tensor(name)
+    return out
+
+
 def read_config(hf_dir: str) -> dict:
     with open(os.path.join(hf_dir, "config.json")) as f:
         return json.load(f)

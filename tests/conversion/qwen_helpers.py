@@ -1,10 +1,7 @@
 """Tiny random Qwen2 (QKV bias) and Qwen3 (QK-norm) HF models built offline for the conversion
-tests, and reading an HF directory's tensors."""
+tests."""
 
 from __future__ import annotations
-
-import json
-import os
 
 import torch
 from conversion_helpers import EPS, FFN, HEADS, HIDDEN, KV_HEADS, VOCAB, WINDOW
@@ -40,15 +37,3 @@ def make_qwen_model(out_dir: str, model_type: str, *, seed: int = 0, **overrides
     model.save_pretrained(out_dir, max_shard_size="200KB")
     return out_dir
 
-
-def hf_tensors(hf_dir: str) -> dict[str, torch.Tensor]:
-    """Every tensor of an HF safetensors directory (sharded with an index)."""
-    from safetensors import safe_open
-
-    with open(os.path.join(hf_dir, "model.safetensors.index.json")) as f:
-        weight_map = json.load(f)["weight_map"]
-    out = {}
-    for name, file in weight_map.items():
-        with safe_open(os.path.join(hf_dir, file), framework="pt") as f:
-            out[name] = f.get_tensor(name)
-    return out

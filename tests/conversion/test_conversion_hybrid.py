@@ -15,6 +15,7 @@ from conversion_helpers import endprompt_positions, hf_model, read_config
 
 from megatron_endprompt.demo_train import run_pretrain
 from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
+from tests.support.checkpoint_model import causal_logits, checkpoint_model
 from tests.support.megatron_flags import tiny_llama_flags
 
 pytestmark = pytest.mark.process
@@ -57,26 +58,14 @@ def hybrid_ckpt_pp2(tmp_path_factory, data_prefix):
 
 
 def _megatron_logits(ckpt_path, input_ids, position_ids, pi_factor, pattern):
-    from conversion_helpers import cpu_forward_patches
+    from megatron_endprompt.conversion.megatron_ckpt import build_hybrid_model
 
-    from megatron_endprompt.conversion.megatron_ckpt import (
-        build_hybrid_model,
-        find_checkpoint,
-        load_common_state,
-        load_model_weights,
-        single_process_group,
-    )
-
-    ckpt = find_checkpoint(ckpt_path)
-    with single_process_group(), cpu_forward_patches():
-        args = load_common_state(ckpt)["args"]
+    def build(args):
         assert args.hybrid_layer_pattern == pattern
-        model = build_hybrid_model(args, pi_factor=pi_factor).eval()
-        load_model_weights(model, ckpt)
-        S = input_ids.shape[1]
-        mask = torch.triu(torch.ones(1, 1, S, S, dtype=torch.bool), diagonal=1)
-        with torch.no_grad():
-            return model(input_ids, position_ids, mask).float()
+        return build_hybrid_model(args, pi_factor=pi_factor)
+
+    with checkpoint_model(ckpt_path, build) as model:
+        return causal_logits(model, input_ids, position_ids)
 
 
 @pytest.mark.parametrize("ckpt_fixture, pattern, layers", [

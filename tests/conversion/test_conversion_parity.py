@@ -4,7 +4,6 @@ round trip, and the exported directory working with ``AutoModelForCausalLM``."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
@@ -13,8 +12,10 @@ from conversion_helpers import (
     THETA,
     VOCAB,
     WINDOW,
+    assert_matches_linear_pi_hf,
     endprompt_positions,
     hf_model,
+    hf_tensors,
     read_config,
 )
 
@@ -34,23 +35,12 @@ def test_logits_match_hf_with_endprompt_positions(tiny_hf, converted, megatron_f
     ids, pos = _batch()
     mg = megatron_forward(converted, ids, pos, S_PI)
     assert mg.logits.shape == (2, SEQ, 1024)  # padded for TP=2: multiple of 256
-    hf = hf_model(tiny_hf, rope_parameters={"rope_type": "linear", "factor": S_PI,
-                                            "rope_theta": THETA})
-    with torch.no_grad():
-        ref = hf(input_ids=ids, position_ids=pos).logits
-    diff = (mg.logits[..., :VOCAB] - ref).abs().max().item()
-    print(f"TP=1 max |logit diff| = {diff:.3e}")
-    assert diff <= 1e-4
-    # the positions matter (a wrong RoPE would not be caught by contiguous positions)
-    with torch.no_grad():
-        plain = hf(input_ids=ids, position_ids=torch.arange(SEQ)[None].repeat(2, 1)).logits
-    assert (plain - ref).abs().max() > 1e-2
+    assert_matches_linear_pi_hf(mg.logits, tiny_hf, ids, pos, pi_factor=S_PI, theta=THETA,
+                                label="TP=1")
 
 
 def test_round_trip_is_bit_exact_and_export_is_complete(tiny_hf, converted, tmp_path,
                                                         megatron_forward, run_tool):
-    from safetensors import safe_open
-
     from megatron_endprompt.cli.convert import main
 
     out = tmp_path / "exported"
@@ -60,16 +50,7 @@ def test_round_trip_is_bit_exact_and_export_is_complete(tiny_hf, converted, tmp_
     assert rc == 0, err
     assert "linear RoPE factor 16" in stdout
     # every tensor bit-exact, names and shapes identical, vocabulary unpadded
-    def tensors(d):
-        with open(os.path.join(d, "model.safetensors.index.json")) as f:
-            wm = json.load(f)["weight_map"]
-        out = {}
-        for name, file in wm.items():
-            with safe_open(os.path.join(d, file), framework="pt") as f:
-                out[name] = f.get_tensor(name)
-        return out
-
-    src, dst = tensors(tiny_hf), tensors(str(out))
+    src, dst = hf_tensors(tiny_hf), hf_tensors(str(out))
     assert sorted(src) == sorted(dst)
     for name in src:
         assert src[name].dtype == dst[name].dtype and torch.equal(src[name], dst[name]), name

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conversion_helpers import HEADS, HIDDEN, VOCAB, endprompt_positions, hf_model, read_config
-from qwen_helpers import QWEN_LAYERS, QWEN_THETA, hf_tensors, make_qwen_model
+from conversion_helpers import HEADS, HIDDEN, VOCAB, assert_matches_linear_pi_hf, \
+    endprompt_positions, hf_model, hf_tensors, read_config
+from qwen_helpers import QWEN_LAYERS, QWEN_THETA, make_qwen_model
 
 L, S_PI, SEQ = 1024, 16.0, 48
 FAMILIES = ("qwen2", "qwen3")
@@ -44,16 +45,8 @@ def test_logits_match_hf_with_endprompt_positions(qwen, megatron_forward):
     _, hf_dir, ckpt = qwen
     ids, pos = _batch()
     mg = megatron_forward(ckpt, ids, pos, S_PI)
-    hf = hf_model(hf_dir, rope_parameters={"rope_type": "linear", "factor": S_PI,
-                                           "rope_theta": QWEN_THETA})
-    with torch.no_grad():
-        ref = hf(input_ids=ids, position_ids=pos).logits
-    diff = (mg.logits[..., :VOCAB] - ref).abs().max().item()
-    print(f"{qwen[0]}: max |logit diff| = {diff:.3e}")
-    assert diff <= 1e-4
-    with torch.no_grad():  # the positions (and so the biases/norms before RoPE) matter
-        plain = hf(input_ids=ids, position_ids=torch.arange(SEQ)[None].repeat(2, 1)).logits
-    assert (plain - ref).abs().max() > 1e-2
+    assert_matches_linear_pi_hf(mg.logits, hf_dir, ids, pos, pi_factor=S_PI, theta=QWEN_THETA,
+                                label=qwen[0])
 
 
 def test_the_family_tensors_are_used(qwen, megatron_forward, tmp_path):

@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-import json
-import os
 
 import pytest
 import torch
-from conversion_helpers import VOCAB, endprompt_positions, hf_model, read_config, train_converted
+from conversion_helpers import VOCAB, endprompt_positions, hf_model, hf_tensors, read_config, \
+    train_converted
 
 pytestmark = pytest.mark.process
 
@@ -31,18 +30,6 @@ def _export(run_tool, ckpt, out, *flags):
     return stdout
 
 
-def _tensors(d):
-    from safetensors import safe_open
-
-    with open(os.path.join(d, "model.safetensors.index.json")) as f:
-        weight_map = json.load(f)["weight_map"]
-    out = {}
-    for name, file in weight_map.items():
-        with safe_open(os.path.join(d, file), framework="pt") as f:
-            out[name] = f.get_tensor(name)
-    return out
-
-
 def test_tp2_checkpoint_exports_bit_exact(tiny_hf, converted, data_prefix, tmp_path, run_tool):
     save = train_converted(converted, data_prefix, tmp_path, "tp2",
                            "--tensor-model-parallel-size", "2", "--train-iters", "1", "--lr", "0",
@@ -51,7 +38,7 @@ def test_tp2_checkpoint_exports_bit_exact(tiny_hf, converted, data_prefix, tmp_p
     out = str(tmp_path / "hf_tp2")
     stdout = _export(run_tool, save, out)
     assert "iter_0000001" in stdout
-    src, dst = _tensors(tiny_hf), _tensors(out)
+    src, dst = hf_tensors(tiny_hf), hf_tensors(out)
     assert sorted(src) == sorted(dst)
     for name in src:
         assert torch.equal(src[name], dst[name]), name

@@ -13,10 +13,11 @@ import os
 
 import pytest
 import torch
-from conversion_helpers import VOCAB, cpu_forward_patches, endprompt_positions, hf_model, \
+from conversion_helpers import VOCAB, endprompt_positions, hf_model, \
     train_converted
 
 from megatron_endprompt.model.lora_settings import LoraSettings
+from tests.support.checkpoint_model import causal_logits, checkpoint_model
 
 pytestmark = pytest.mark.process
 
@@ -35,26 +36,17 @@ def lora_checkpoint(converted, data_prefix, tmp_path_factory) -> str:
 
 def _megatron_logits(path, ids, pos):
     """The checkpoint in ``EndPromptGPTModel`` with its adapters (TP=PP=1, CPU)."""
-    from megatron_endprompt.conversion.megatron_ckpt import (
-        build_gpt_model,
-        find_checkpoint,
-        load_common_state,
-        load_model_weights,
-        single_process_group,
-    )
+    from megatron_endprompt.conversion.megatron_ckpt import build_gpt_model
     from megatron_endprompt.model import EndPromptGPTModel
     from megatron_endprompt.model.lora import apply_lora, lora_linears
 
-    ckpt = find_checkpoint(path)
-    with single_process_group(), cpu_forward_patches():
-        args = load_common_state(ckpt)["args"]
+    def build(args):
         model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=8.0)
-        model = apply_lora(model, LoraSettings(rank=RANK, alpha=ALPHA)).eval()
-        load_model_weights(model, ckpt)
+        return apply_lora(model, LoraSettings(rank=RANK, alpha=ALPHA))
+
+    with checkpoint_model(path, build) as model:
         assert all(m.lora_b.abs().sum() > 0 for m in lora_linears(model).values())
-        mask = torch.triu(torch.ones(1, 1, P, P, dtype=torch.bool), diagonal=1)
-        with torch.no_grad():
-            return model(ids, pos, mask)[..., :VOCAB].float()
+        return causal_logits(model, ids, pos)[..., :VOCAB]
 
 
 def _export(run_tool, ckpt, out, *flags):

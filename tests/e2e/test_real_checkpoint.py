@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.checkpoint_model import causal_logits, checkpoint_model
+
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,24 +48,14 @@ def _hf(path: str, **config):
 
 def _megatron_logits(ckpt: str, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """``[B, T, Vp]`` logits of the converted checkpoint in ``EndPromptGPTModel`` (TP=1, CPU)."""
-    from megatron_endprompt.conversion.megatron_ckpt import (
-        build_gpt_model,
-        find_checkpoint,
-        load_common_state,
-        load_model_weights,
-        single_process_group,
-    )
+    from megatron_endprompt.conversion.megatron_ckpt import build_gpt_model
     from megatron_endprompt.model import EndPromptGPTModel
-    from megatron_endprompt.runtime import cpu_forward
 
-    path = find_checkpoint(ckpt)
-    with single_process_group(), cpu_forward():
-        args = load_common_state(path)["args"]
-        model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=S).eval()
-        load_model_weights(model, path)
-        mask = torch.triu(torch.ones(1, 1, ids.shape[1], ids.shape[1], dtype=torch.bool), 1)
-        with torch.no_grad():
-            return model(ids, pos, mask).float()
+    def build(args):
+        return build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=S)
+
+    with checkpoint_model(ckpt, build) as model:
+        return causal_logits(model, ids, pos)
 
 
 def _answers(model, tokenizer) -> list[list[int]]:

@@ -98,7 +98,9 @@ def test_one_task_per_node_with_its_rank(tmp_path):
     assert not (tmp_path / "scontrol.log").exists()  # finished normally: no requeue
 
 
-def test_usr1_reaches_srun_and_requeues(tmp_path):
+def _signal_running_srun(tmp_path, sig: int) -> tuple[int, str, str]:
+    """Run the batch script with a blocking srun stub, send ``sig`` to the batch shell once srun
+    runs, and wait: ``(exit code, stdout, stderr)``."""
     proc = subprocess.Popen(["bash", SBATCH], env=_env(tmp_path, STUB_SRUN_BLOCK="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -106,12 +108,17 @@ def test_usr1_reaches_srun_and_requeues(tmp_path):
         while not (tmp_path / "srun.ready").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        proc.send_signal(signal.SIGUSR1)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+def test_usr1_reaches_srun_and_requeues(tmp_path):
+    rc, out, err = _signal_running_srun(tmp_path, signal.SIGUSR1)
+    assert rc == 0, err
     assert (tmp_path / "srun.signal").read_text().strip() == "USR1"
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
     assert "requeueing job 4242" in out
@@ -119,18 +126,7 @@ def test_usr1_reaches_srun_and_requeues(tmp_path):
 
 def test_term_reaches_srun_without_requeue(tmp_path):
     """scancel / the time limit's end send SIGTERM to the batch shell: it must reach srun."""
-    proc = subprocess.Popen(["bash", SBATCH], env=_env(tmp_path, STUB_SRUN_BLOCK="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "srun.ready").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    rc, _, err = _signal_running_srun(tmp_path, signal.SIGTERM)
     assert (tmp_path / "srun.signal").read_text().strip() == "TERM"
-    assert proc.returncode == 143, err
+    assert rc == 143, err
     assert not (tmp_path / "scontrol.log").exists()

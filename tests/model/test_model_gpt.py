@@ -131,10 +131,16 @@ def test_non_first_stage_uses_position_ids(cpu_forward) -> None:
     """A stage without the embedding (pipeline middle/last) builds RoPE from ``position_ids``
     too, and refuses to run without them."""
     stage = build(EndPromptGPTModel, pre_process=False, pi_factor=2.0).eval()
+    assert_stage_uses_position_ids(stage, torch.stack([endprompt_positions(10, 4096)] * B))
+
+
+def assert_stage_uses_position_ids(stage: torch.nn.Module, jumped: torch.Tensor) -> None:
+    """``stage`` (no embedding: fed hidden states ``[S, B, 64]``) gives other outputs at the
+    ``jumped`` positions ``[B, S]`` than at contiguous ones, and refuses to run without
+    positions or with positions of the wrong length."""
     _, mask = batch()
     hidden = torch.randn(S, B, 64, generator=torch.Generator().manual_seed(3))
     contiguous = torch.arange(S)[None].repeat(B, 1)
-    jumped = torch.stack([endprompt_positions(10, 4096)] * B)
     with torch.no_grad():
         stage.set_input_tensor(hidden)
         a = stage(None, contiguous, mask)

@@ -13,6 +13,7 @@ from tests.model.test_model_gpt import (
     VOCAB,
     B,
     S,
+    assert_stage_uses_position_ids,
     batch,
     endprompt_positions,
     tiny_config,
@@ -153,21 +154,7 @@ def test_hybrid_trains_like_gpt_with_endprompt_positions(pair) -> None:
 
 def test_hybrid_non_first_stage_needs_and_uses_position_ids(cpu_forward) -> None:
     stage = build_hybrid(pre_process=False, pi_factor=2.0).eval()
-    _, mask = batch()
-    hidden = torch.randn(S, B, 64, generator=torch.Generator().manual_seed(3))
-    contiguous = torch.arange(S)[None].repeat(B, 1)
-    with torch.no_grad():
-        stage.set_input_tensor(hidden)
-        a = stage(None, contiguous, mask)
-        stage.set_input_tensor(hidden)
-        b = stage(None, jumped(), mask)
-        assert (a - b).abs().max() > 1e-3
-        stage.set_input_tensor(hidden)
-        with pytest.raises(ValueError, match="every pipeline stage"):
-            stage(None, None, mask)
-        stage.set_input_tensor(hidden)
-        with pytest.raises(ValueError, match="sequence length"):
-            stage(None, contiguous[:, : S // 2], mask)
+    assert_stage_uses_position_ids(stage, jumped())
 
 
 def test_rope_call_outside_forward_is_refused(pair) -> None:

@@ -19,7 +19,6 @@ figures: run it with ``PYTHONPATH`` at the old checkout for "before").
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -28,6 +27,8 @@ import tempfile
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from tests.support.refusal import tree_digest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,22 +61,9 @@ class Case:
 
 
 def snapshot(d: str, ignore: tuple[str, ...] = ()) -> dict[str, str]:
-    """``relpath -> content digest`` of everything under ``d`` (hidden entries included)."""
-    out = {}
-    for root, dirs, files in os.walk(d):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, d)
-            if rel.split(os.sep)[0] in ignore:
-                continue
-            if os.path.islink(path):
-                out[rel] = "link:" + os.readlink(path)
-            elif os.path.isdir(path):
-                out[rel] = "dir"
-            else:
-                with open(path, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-    return out
+    """``relpath -> content digest`` of everything under ``d`` (hidden entries included), but for
+    the top-level names in ``ignore``."""
+    return tree_digest(d, ignore)
 
 
 MAINS = {

@@ -5,40 +5,19 @@ says so (not "not found")."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from megatron_endprompt.cli import inspect as inspect_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
+from tests.support.gpt2_files import gpt2_vocab_and_merges
 from tests.support.refusal import assert_refused
-
-
-def _gpt2_pair(texts: list[str], out_dir) -> tuple[str, str]:
-    """GPT-2-style ``vocab.json`` + ``merges.txt`` (byte-level BPE, ``<|endoftext|>`` last)
-    trained on ``texts``."""
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers.models import BPE
-    from tokenizers.trainers import BpeTrainer
-
-    out_dir.mkdir()
-    tok = Tokenizer(BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(texts, trainer=BpeTrainer(
-        vocab_size=300, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    vocab_path, merges_path = tok.model.save(str(out_dir))
-    with open(vocab_path) as f:
-        vocab = json.load(f)
-    vocab["<|endoftext|>"] = len(vocab)
-    with open(vocab_path, "w") as f:
-        json.dump(vocab, f)
-    return vocab_path, merges_path
 
 
 @pytest.fixture(scope="module")
 def gpt2_files(spm_corpus, tmp_path_factory):
-    return _gpt2_pair(spm_corpus.texts, tmp_path_factory.mktemp("gpt2") / "files")
+    return gpt2_vocab_and_merges(spm_corpus.texts, tmp_path_factory.mktemp("gpt2") / "files",
+                                 vocab_size=300)
 
 
 #: Refusals that come after the tokenizer flags were read: the options' own check, the layout,

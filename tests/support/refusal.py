@@ -17,9 +17,10 @@ from typing import Any
 __all__ = ["assert_refused", "tree_digest"]
 
 
-def tree_digest(root: str | os.PathLike) -> dict[str, str]:
+def tree_digest(root: str | os.PathLike, ignore: tuple[str, ...] = ()) -> dict[str, str]:
     """``relative path -> sha256`` of every file under ``root`` (``"dir"`` for directories,
-    ``"link:TARGET"`` for symbolic links); a file ``root`` digests as ``{".": sha256}``."""
+    ``"link:TARGET"`` for symbolic links), but for the top-level entries named in ``ignore`` and
+    all below them; a file ``root`` digests as ``{".": sha256}``."""
     root = os.fspath(root)
     if not os.path.isdir(root):
         with open(root, "rb") as f:
@@ -29,6 +30,8 @@ def tree_digest(root: str | os.PathLike) -> dict[str, str]:
         for name in dirs + files:
             path = os.path.join(parent, name)
             rel = os.path.relpath(path, root)
+            if rel.split(os.sep)[0] in ignore:
+                continue
             if os.path.islink(path):
                 out[rel] = "link:" + os.readlink(path)
             elif os.path.isdir(path):

@@ -21,6 +21,7 @@ import torch
 from megatron_endprompt.data.prepare.motif_corpus import write_motif_prefix
 from megatron_endprompt.demo_train import parse_losses, run_pretrain
 from megatron_endprompt.training.loss import read_loss_log
+from tests.support.checkpoint_model import causal_logits, checkpoint_model
 from tests.support.megatron_flags import tiny_llama_flags
 
 pytestmark = pytest.mark.process
@@ -136,26 +137,15 @@ def test_cp2_checkpoint_resumes(cp2, blend, tmp_path, name, flags, nproc):
 def _megatron_logits(ckpt_path, input_ids, position_ids, pi_factor):
     """The checkpoint in ``EndPromptGPTModel`` (TP=PP=CP=1, local spec, this process):
     logits ``[B, S, V_padded]``."""
-    from megatron_endprompt.conversion.megatron_ckpt import (
-        build_gpt_model,
-        find_checkpoint,
-        load_common_state,
-        load_model_weights,
-        single_process_group,
-    )
+    from megatron_endprompt.conversion.megatron_ckpt import build_gpt_model
     from megatron_endprompt.model import EndPromptGPTModel
-    from megatron_endprompt.runtime import cpu_forward
 
-    ckpt = find_checkpoint(ckpt_path)
-    with single_process_group(), cpu_forward():
-        args = load_common_state(ckpt)["args"]
+    def build(args):
         assert args.context_parallel_size == 2
-        model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=pi_factor).eval()
-        load_model_weights(model, ckpt)
-        S = input_ids.shape[1]
-        mask = torch.triu(torch.ones(1, 1, S, S, dtype=torch.bool), diagonal=1)
-        with torch.no_grad():
-            return model(input_ids, position_ids, mask).float()
+        return build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=pi_factor)
+
+    with checkpoint_model(ckpt_path, build) as model:
+        return causal_logits(model, input_ids, position_ids)
 
 
 def test_cp2_trained_checkpoint_exports_to_hf(cp2, tmp_path, run_tool):

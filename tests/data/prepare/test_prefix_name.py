@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron_endprompt.cli import build_sidecar as sidecar_cli
 from megatron_endprompt.data.prepare.prefix_name import resolve_prefix
@@ -15,16 +13,11 @@ from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 from megatron_endprompt.training.checks import check_startup
 from megatron_endprompt.training.run import build_run
 from megatron_endprompt.window import EndPromptWindow
+from tests.support.token_corpus import write_random_corpus
 
 
 def _corpus(prefix: str) -> str:
-    rng = np.random.default_rng(0)
-    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
-    for _ in range(40):
-        doc = rng.integers(0, 999, int(rng.integers(3, 80)))
-        builder.add_document(doc, [len(doc)])
-    builder.finalize(prefix + ".idx")
-    return prefix
+    return write_random_corpus(prefix, 40)
 
 
 def test_resolve_prefix_both_spellings(tmp_path):

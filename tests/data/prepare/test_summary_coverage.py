@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron_endprompt.cli import build_sidecar as sidecar_cli
 from megatron_endprompt.cli import preprocess as preprocess_cli
+from tests.support.token_corpus import write_random_corpus
 
 
 def _expected(prefix: str, doc: dict) -> str:
@@ -39,12 +38,7 @@ def test_preprocess_text_summary_shows_coverage(run_tool, spm_args, tmp_path):
 
 def test_sidecar_tool_text_summary_shows_coverage(run_tool, tmp_path):
     prefix = str(tmp_path / "megatron")
-    rng = np.random.default_rng(0)
-    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
-    for _ in range(60):
-        doc = rng.integers(0, 999, int(rng.integers(3, 80)))
-        builder.add_document(doc, [len(doc)])
-    builder.finalize(prefix + ".idx")
+    write_random_corpus(prefix, 60)
 
     def argv(name):
         return ["--data-prefix", prefix, "--seq-length", "32", "--target-length", "256",

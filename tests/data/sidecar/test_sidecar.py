@@ -48,13 +48,6 @@ def _write_set(prefix: str, n: int = 20, pose: int = 2, seed: int = 0, name=None
     return records
 
 
-@pytest.fixture
-def good(tmp_path):
-    prefix = str(tmp_path / "d")
-    _write_set(prefix)
-    return prefix
-
-
 def test_round_trip(good):
     sc = read_sidecar(sidecar_path(good), prefix=good)
     assert isinstance(sc.records, np.memmap), "records are memory-mapped, never copied"

@@ -14,14 +14,6 @@ from megatron_endprompt.data.sidecar import sidecar_format
 from megatron_endprompt.data.sidecar import trust
 from megatron_endprompt.data.sidecar.sidecar import open_sidecar, sidecar_path
 from megatron_endprompt.errors import UserError
-from test_sidecar import _write_set
-
-
-@pytest.fixture
-def good(tmp_path):
-    prefix = str(tmp_path / "d")
-    _write_set(prefix)
-    return prefix
 
 
 def _no_full_reads(monkeypatch):

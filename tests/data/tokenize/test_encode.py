@@ -11,6 +11,7 @@ from megatron_endprompt.data.tokenize import encode
 from megatron_endprompt.data.sidecar.sidecar import read_sidecar
 from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 from megatron_endprompt.errors import run_cli
+from tests.support.gpt2_files import gpt2_vocab_and_merges
 
 
 @pytest.fixture(scope="module")
@@ -115,29 +116,6 @@ def test_split_sentences_refused_with_reason(spm_args, run_tool, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def _gpt2_pair(texts, out_dir) -> tuple[str, str]:
-    """GPT-2's on-disk form: ``vocab.json`` + ``merges.txt`` only, ``<|endoftext|>`` last."""
-    import json
-    import os
-
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers.models import BPE
-    from tokenizers.trainers import BpeTrainer
-
-    os.makedirs(out_dir)
-    tok = Tokenizer(BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(texts, trainer=BpeTrainer(
-        vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    vocab_path, merges_path = tok.model.save(str(out_dir))
-    with open(vocab_path) as f:
-        vocab = json.load(f)
-    vocab["<|endoftext|>"] = len(vocab)
-    with open(vocab_path, "w") as f:
-        json.dump(vocab, f)
-    return vocab_path, merges_path
-
-
 def test_gpt2_vocab_and_merges_wrapped_as_hf_in_one_line(spm_args, spm_corpus, run_tool,
                                                          tmp_path):
     """GPT-2's vocab.json/merges.txt, given as GPT2BPETokenizer files or as an
@@ -148,7 +126,7 @@ def test_gpt2_vocab_and_merges_wrapped_as_hf_in_one_line(spm_args, spm_corpus, r
 
     import numpy as np
 
-    vocab, merges = _gpt2_pair(spm_corpus.texts, tmp_path / "gpt2")
+    vocab, merges = gpt2_vocab_and_merges(spm_corpus.texts, tmp_path / "gpt2", vocab_size=400)
     out = tmp_path / "out"
     out.mkdir()
     rc, _, err = run_tool(preprocess_cli.main, spm_args(
