@@ -372,6 +372,15 @@ def summarize(results: dict, c: dict) -> None:
     results["paired"] = {f"{x}-{y}": {t: {n: stats.paired_difference(seeds[x], seeds[y], t, n)
                                           for n in c["lengths"].split(",")} for t in tasks}
                          for x, y in PAIRS if x in seeds and y in seeds}
+    # one family per difference table: the main table's pairs, and the sweep's variants
+    stats.holm_family([d for by_t in results["paired"].values() for by_n in by_t.values()
+                       for d in by_n.values() if d])
+    if "sweep" in results:
+        for r in results["sweep"]["runs"].values():
+            r["summary"] = stats.summarize(r["seeds"], tasks)
+        stats.refresh_family([d for r in results["sweep"]["runs"].values()
+                              for by_n in r.get("paired", {}).values()
+                              for d in by_n.values() if d])
 
 
 def write(results: dict, out_json: str, *, partial: bool) -> list[str]:
