@@ -42,22 +42,23 @@ def model_flags(c: dict) -> list[str]:
     return flags
 
 
-def _train_child(argv: list[str], log_path: str, conn) -> None:
-    rc, _ = run_pretrain(argv, log_path=log_path, nproc=2)
+def _train_child(argv: list[str], log_path: str, conn, nproc: int) -> None:
+    rc, _ = run_pretrain(argv, log_path=log_path, nproc=nproc)
     conn.send((rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
     conn.close()
 
 
-def train(name: str, argv: list[str], work: str) -> dict:
-    """One ``pretrain`` run in a forked process (so ``RUSAGE_CHILDREN`` covers only its torchrun
-    tree); returns step time, peak RSS and losses. Exits on failure with the log's tail."""
+def train(name: str, argv: list[str], work: str, *, nproc: int = 2) -> dict:
+    """One ``pretrain`` run (``nproc`` data-parallel CPU ranks) in a forked process (so
+    ``RUSAGE_CHILDREN`` covers only its torchrun tree); returns step time, peak RSS and losses.
+    Exits on failure with the log's tail."""
     log_path = os.path.join(work, f"train_{name}.log")
-    print(f"[{name}] torchrun --nproc_per_node 2 -m megatron_endprompt.training.pretrain ... "
+    print(f"[{name}] torchrun --nproc_per_node {nproc} -m megatron_endprompt.training.pretrain ... "
           f"(log: {log_path})", flush=True)
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     t0 = time.time()
-    proc = ctx.Process(target=_train_child, args=(argv, log_path, child))
+    proc = ctx.Process(target=_train_child, args=(argv, log_path, child, nproc))
     proc.start()
     rc, maxrss_kib = parent.recv()
     proc.join()
