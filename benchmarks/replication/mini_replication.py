@@ -364,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def summarize(results: dict, c: dict) -> None:
     """Per-method summaries and the paired differences of ``PAIRS`` (both rows present)."""
-    tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in c["held_out"].split(","))]
+    held = (c.get("held_out") or "").split(",")  # archived blocks predate held-out tasks
+    tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in held)]
     results["summary"] = {m: stats.summarize(e["seeds"], tasks)
                           for m, e in results["methods"].items()}
     results["summary"]["base"] = stats.summarize({"-": results["base"]["eval"]}, tasks)
@@ -377,7 +378,8 @@ def summarize(results: dict, c: dict) -> None:
                        for d in by_n.values() if d])
     if "sweep" in results:
         for r in results["sweep"]["runs"].values():
-            r["summary"] = stats.summarize(r["seeds"], tasks)
+            if "seeds" in r:  # an archived one-seed sweep stored its summary alone
+                r["summary"] = stats.summarize(r["seeds"], tasks)
         stats.refresh_family([d for r in results["sweep"]["runs"].values()
                               for by_n in r.get("paired", {}).values()
                               for d in by_n.values() if d])
