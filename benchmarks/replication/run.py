@@ -18,8 +18,8 @@ import resource
 import statistics
 import time
 
-from benchmarks.replication import pose
 from benchmarks.replication import stats
+from benchmarks.replication.protocol import ROWS
 
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
 from megatron_endprompt.errors import run_cli
@@ -119,17 +119,8 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
 
 
 def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> list[str]:
-    """Preprocessing flags of the methods built from a sidecar (c)-(g), (etp)."""
-    tail = ["--terminal-source", "document-tail", "--terminal-length", str(terminal),
-            "--terminal-loss-weight", f"{w:g}"]
-    return {"c": ["--placement", "fixed", *tail],
-            "d": ["--placement", "random", *tail],
-            "e": list(pose.POSE_FLAGS),  # PoSE as train_pose.py draws it (--placement pose)
-            "etp": [*pose.ET_POSE_FLAGS[:-1], f"{prompt_w:g}"],  # the paper's ET(PoSE)
-            "f": ["--placement", "random", "--pose-chunks", "2", *tail],
-            "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
-                  "ep1-3",  # the committed (g) results used the mixture, the old default
-                  "--terminal-loss-weight", f"{prompt_w:g}"]}[method]
+    """Preprocessing flags of a sidecar row (``protocol.ROWS[method].layout`` filled)."""
+    return ROWS[method].flags(terminal=terminal, weight=w, prompt_weight=prompt_w)
 
 
 def convert(ckpt: str, hf: str, *, target: int | None, pi: float | None) -> None:
