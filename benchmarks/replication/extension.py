@@ -75,11 +75,14 @@ PAIRS = (("ep1f", "full"), ("ep1r", "full"), ("cont", "full"), ("pose", "full"),
 
 #: Sized for ~1 CPU core: a seed of every row in a few minutes.
 SIZES = dict(hidden=96, ffn=256, layers=3, heads=4, groups=2, vocab=1024, split_digits=True,
-             L0=256, L=512, P=128, base_iters=1500, base_mb=16, base_lr=3e-3, ft_iters=80,
-             ft_docs=8, ft_lr=1e-3, ft_warmup=8, terminal=16, prompt_w=0.1, samples=30,
-             eval_batch=30, log_interval=50, nproc=1, threads=1, rows=",".join(ROWS))
+             L0=256, L=512, P=128, base_iters=1500, base_mb=16, base_lr=3e-3,
+             base_more_iters=900, base_more_docs=6000, ft_iters=50,
+             ft_docs=8, ft_lr=1e-3, ft_warmup=8, terminal=16, prompt_w=0.1, samples=20,
+             eval_batch=20, log_interval=50, nproc=1, threads=1, min_base_l0=0.2,
+             rows=",".join(ROWS))
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
              "base_iters", "base_mb", "base_lr")
+MORE_KEYS = ("base_more_iters", "base_more_docs")
 
 
 class Extension:
@@ -138,6 +141,41 @@ class Extension:
             json.dump({"key": key, "train": train}, f)
         return train
 
+    def base_more(self) -> dict | None:
+        """A second pretraining stage from the base (``--finetune``: fresh schedule), on a
+        template-heavy mix (``BASE_MORE_PROBS``) of ``base_more_docs`` new documents, cached
+        like the base; ``None`` when ``base_more_iters`` is 0."""
+        c = self.c
+        if not c["base_more_iters"]:
+            return None
+        key = {**{k: c[k] for k in BASE_KEYS}, **{k: c[k] for k in MORE_KEYS}}
+        stamp, ckpt = self.path("base_more_stamp.json"), self.path("ckpt_base_more")
+        if os.path.exists(stamp):
+            with open(stamp, encoding="utf-8") as f:
+                cached = json.load(f)
+            if cached["key"] == key:
+                print(f"base stage 2: reusing {ckpt}", flush=True)
+                self.base_ckpt = ckpt
+                return cached["train"]
+        count = data.token_counter(self.spm)
+        kinds = extension_text.write_base_docs(
+            self.path("base_more.jsonl"), corpus=self.corpus, num_docs=c["base_more_docs"],
+            min_tokens=max(64, self.L0 // 4), max_tokens=self.L0, seed=21, count=count,
+            probs=extension_text.BASE_MORE_PROBS)
+        data.write_plain_prefix(self.path("base_more.jsonl"), self.path("base_more_plain"),
+                                self.spm)
+        print(f"base stage 2 data: {kinds}", flush=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
+        train = self._train("base_more", seq=self.L0, target=2 * self.L0, pi=1.0,
+                            mb=c["base_mb"], gbs=c["base_mb"], iters=c["base_more_iters"],
+                            lr=c["base_lr"], data_prefix=self.path("base_more_plain"),
+                            save=ckpt, load=self.base_ckpt, seed=1235, replay=True)
+        train["documents"] = kinds
+        self.base_ckpt = ckpt
+        with open(stamp, "w", encoding="utf-8") as f:
+            json.dump({"key": key, "train": train}, f)
+        return train
+
     def ft_data(self) -> dict:
         """The fine-tuning documents (``P .. L - 1`` tokens) and their packed stream."""
         c, count = self.c, data.token_counter(self.spm)
@@ -190,8 +228,8 @@ class Extension:
 
     def untrained(self, tag: str) -> dict:
         """The base at ``s = 1`` (``base_s1``) or with PI (``base_pi``), evaluated."""
-        sig = {"base": {k: self.c[k] for k in BASE_KEYS}, "L": self.L, "P": self.P,
-               "samples": self.c["samples"]}
+        sig = {"base": {k: self.c[k] for k in (*BASE_KEYS, *MORE_KEYS)}, "L": self.L,
+               "P": self.P, "samples": self.c["samples"]}
         return self.cached(tag, sig, lambda: self._evaluate(self._model(tag), tag))
 
     def row(self, r: RowSpec, seed: int) -> dict:
@@ -255,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute the statistics of a results JSON and rewrite its tables")
     for flag, key, typ in (("--rows", "rows", str), ("--ft-iters", "ft_iters", int),
                            ("--base-iters", "base_iters", int), ("--samples", "samples", int),
+                           ("--base-more-iters", "base_more_iters", int),
                            ("--target-length", "L", int), ("--seq-length", "P", int)):
         p.add_argument(flag, dest=key, type=typ, default=None, help=f"override {key}")
     return p
@@ -294,11 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"command": "python -m benchmarks.replication.extension " + " ".join(
         argv if argv is not None else sys.argv[1:]), "config": {**c, "seeds": args.seeds},
         "rows": {}}
-    results["base"] = {"train": ext.base()}
+    results["base"] = {"train": ext.base(), "stage2": ext.base_more()}
     results["ft_data"] = ext.ft_data()
     ext.exports()
     results["fill"] = ext.fill
     results["base"]["eval"] = ext.untrained("base_s1")
+    base_l0 = [k / n for t, d in results["base"]["eval"]["counts"].items()
+               for ln, (k, n) in d.items() if int(ln) == ext.L0]
+    if max(base_l0) < c["min_base_l0"]:  # nothing to retain: the block would measure noise
+        write(results, out_json)
+        raise SystemExit(f"error: the base retrieves {max(base_l0):.0%} at most at L0 = "
+                         f"{ext.L0} (< {c['min_base_l0']:.0%}); train it longer "
+                         "(--base-more-iters) before extending it")
     for k in rows:
         results["rows"][k] = {"label": ROWS[k].label, "reconstruction": ROWS[k].reconstruction,
                               "seeds": {}}

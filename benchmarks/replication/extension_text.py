@@ -61,6 +61,8 @@ NIAH_VARIANTS = (
 #: Base pretraining mix: kinds and weights.
 BASE_KINDS = ("passkey", "niah", "shakespeare", "prose")
 BASE_PROBS = (0.3, 0.3, 0.25, 0.15)
+#: The base's second stage: mostly templates (retrieval had not emerged after the first).
+BASE_MORE_PROBS = (0.425, 0.425, 0.1, 0.05)
 
 
 def speeches(corpus: str) -> list[str]:
@@ -155,8 +157,9 @@ def _filler(rng: random.Random, nprng: np.random.Generator, pool: list[str]) -> 
 
 
 def write_base_docs(path: str, *, corpus: str, num_docs: int, min_tokens: int,
-                    max_tokens: int, seed: int, count: Count) -> dict[str, int]:
-    """The base's pretraining documents (``BASE_KINDS`` mixed by ``BASE_PROBS``) as JSONL
+                    max_tokens: int, seed: int, count: Count,
+                    probs: tuple[float, ...] = BASE_PROBS) -> dict[str, int]:
+    """The base's pretraining documents (``BASE_KINDS`` mixed by ``probs``) as JSONL
     ``{"text", "kind"}``; returns documents per kind."""
     pool, _ = split_speeches(corpus)
     rng = random.Random(f"extension-base:{seed}")
@@ -164,7 +167,7 @@ def write_base_docs(path: str, *, corpus: str, num_docs: int, min_tokens: int,
     kinds: dict[str, int] = {}
     with atomic_path(path, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for _ in range(num_docs):
-            kind = rng.choices(BASE_KINDS, weights=BASE_PROBS)[0]
+            kind = rng.choices(BASE_KINDS, weights=probs)[0]
             n = rng.randint(min_tokens, max_tokens)
             if kind == "passkey":
                 text = passkey_variant(rng, n, count, " ".join(_filler(rng, nprng, pool)))
