@@ -76,13 +76,13 @@ PAIRS = (("ep1f", "full"), ("ep1r", "full"), ("cont", "full"), ("pose", "full"),
 #: Sized for ~1 CPU core: a seed of every row in a few minutes.
 SIZES = dict(hidden=96, ffn=256, layers=3, heads=4, groups=2, vocab=1024, split_digits=True,
              L0=256, L=512, P=128, base_iters=1500, base_mb=16, base_lr=3e-3,
-             base_more_iters=900, base_more_docs=6000, ft_iters=50,
+             base_more=[900, 1200], base_more_docs=6000, ft_iters=50,
              ft_docs=8, ft_lr=1e-3, ft_warmup=8, terminal=16, prompt_w=0.1, samples=20,
              eval_batch=20, log_interval=50, nproc=1, threads=1, min_base_l0=0.2,
              rows=",".join(ROWS))
 BASE_KEYS = ("hidden", "ffn", "layers", "heads", "groups", "vocab", "split_digits", "L0",
              "base_iters", "base_mb", "base_lr")
-MORE_KEYS = ("base_more_iters", "base_more_docs")
+MORE_KEYS = ("base_more", "base_more_docs")
 
 
 class Extension:
@@ -141,40 +141,43 @@ class Extension:
             json.dump({"key": key, "train": train}, f)
         return train
 
-    def base_more(self) -> dict | None:
-        """A second pretraining stage from the base (``--finetune``: fresh schedule), on a
-        template-heavy mix (``BASE_MORE_PROBS``) of ``base_more_docs`` new documents, cached
-        like the base; ``None`` when ``base_more_iters`` is 0."""
-        c = self.c
-        if not c["base_more_iters"]:
-            return None
-        key = {**{k: c[k] for k in BASE_KEYS}, **{k: c[k] for k in MORE_KEYS}}
-        stamp, ckpt = self.path("base_more_stamp.json"), self.path("ckpt_base_more")
-        if os.path.exists(stamp):
-            with open(stamp, encoding="utf-8") as f:
-                cached = json.load(f)
-            if cached["key"] == key:
-                print(f"base stage 2: reusing {ckpt}", flush=True)
-                self.base_ckpt = ckpt
-                return cached["train"]
-        count = data.token_counter(self.spm)
-        kinds = extension_text.write_base_docs(
-            self.path("base_more.jsonl"), corpus=self.corpus, num_docs=c["base_more_docs"],
-            min_tokens=max(64, self.L0 // 4), max_tokens=self.L0, seed=21, count=count,
-            probs=extension_text.BASE_MORE_PROBS)
-        data.write_plain_prefix(self.path("base_more.jsonl"), self.path("base_more_plain"),
-                                self.spm)
-        print(f"base stage 2 data: {kinds}", flush=True)
-        shutil.rmtree(ckpt, ignore_errors=True)
-        train = self._train("base_more", seq=self.L0, target=2 * self.L0, pi=1.0,
-                            mb=c["base_mb"], gbs=c["base_mb"], iters=c["base_more_iters"],
-                            lr=c["base_lr"], data_prefix=self.path("base_more_plain"),
-                            save=ckpt, load=self.base_ckpt, seed=1235, replay=True)
-        train["documents"] = kinds
-        self.base_ckpt = ckpt
-        with open(stamp, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "train": train}, f)
-        return train
+    def base_more(self) -> list[dict]:
+        """Further pretraining stages from the base (``base_more``: steps per stage; each
+        ``--finetune`` from the previous, fresh schedule) on one template-heavy mix
+        (``BASE_MORE_PROBS``) of ``base_more_docs`` new documents, each cached like the base."""
+        c, trains = self.c, []
+        prefix = self.path("base_more_plain")
+        for j, iters in enumerate(c["base_more"], 1):
+            key = {**{k: c[k] for k in BASE_KEYS}, "base_more": c["base_more"][:j],
+                   "base_more_docs": c["base_more_docs"]}
+            stamp, ckpt = self.path(f"base_more{j}_stamp.json"), self.path(f"ckpt_base_more{j}")
+            if os.path.exists(stamp):
+                with open(stamp, encoding="utf-8") as f:
+                    cached = json.load(f)
+                if cached["key"] == key:
+                    print(f"base stage {j + 1}: reusing {ckpt}", flush=True)
+                    self.base_ckpt = ckpt
+                    trains.append(cached["train"])
+                    continue
+            if not os.path.exists(prefix + ".idx"):  # the same documents for every stage
+                count = data.token_counter(self.spm)
+                kinds = extension_text.write_base_docs(
+                    self.path("base_more.jsonl"), corpus=self.corpus,
+                    num_docs=c["base_more_docs"], min_tokens=max(64, self.L0 // 4),
+                    max_tokens=self.L0, seed=21, count=count,
+                    probs=extension_text.BASE_MORE_PROBS)
+                data.write_plain_prefix(self.path("base_more.jsonl"), prefix, self.spm)
+                print(f"base stages 2+ data: {kinds}", flush=True)
+            shutil.rmtree(ckpt, ignore_errors=True)
+            train = self._train(f"base_more{j}", seq=self.L0, target=2 * self.L0, pi=1.0,
+                                mb=c["base_mb"], gbs=c["base_mb"], iters=iters,
+                                lr=c["base_lr"], data_prefix=prefix, save=ckpt,
+                                load=self.base_ckpt, seed=1234 + j, replay=True)
+            self.base_ckpt = ckpt
+            with open(stamp, "w", encoding="utf-8") as f:
+                json.dump({"key": key, "train": train}, f)
+            trains.append(train)
+        return trains
 
     def ft_data(self) -> dict:
         """The fine-tuning documents (``P .. L - 1`` tokens) and their packed stream."""
@@ -293,7 +296,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute the statistics of a results JSON and rewrite its tables")
     for flag, key, typ in (("--rows", "rows", str), ("--ft-iters", "ft_iters", int),
                            ("--base-iters", "base_iters", int), ("--samples", "samples", int),
-                           ("--base-more-iters", "base_more_iters", int),
                            ("--target-length", "L", int), ("--seq-length", "P", int)):
         p.add_argument(flag, dest=key, type=typ, default=None, help=f"override {key}")
     return p
@@ -341,10 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     base_l0 = [k / n for t, d in results["base"]["eval"]["counts"].items()
                for ln, (k, n) in d.items() if int(ln) == ext.L0]
     if max(base_l0) < c["min_base_l0"]:  # nothing to retain: the block would measure noise
-        write(results, out_json)
         raise SystemExit(f"error: the base retrieves {max(base_l0):.0%} at most at L0 = "
                          f"{ext.L0} (< {c['min_base_l0']:.0%}); train it longer "
-                         "(--base-more-iters) before extending it")
+                         "(base_more) before extending it")
     for k in rows:
         results["rows"][k] = {"label": ROWS[k].label, "reconstruction": ROWS[k].reconstruction,
                               "seeds": {}}
