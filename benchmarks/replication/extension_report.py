@@ -140,13 +140,22 @@ def notes(results: dict) -> str:
     done = results.get("seeds_done", c["seeds"])
     return (f"L0 = {c['L0']}, L = {c['L']} (PI s = {c['L'] // c['L0']}), P = {c['P']}; model "
             f"hidden {c['hidden']}, {c['layers']} layers, vocabulary {c['vocab']}; base "
-            f"{c['base_iters']} steps x {c['base_mb']} sequences at L0; fine-tuning "
+            f"{c['base_iters']} steps x {c['base_mb']} sequences at L0, then "
+            f"{' + '.join(map(str, c.get('base_more', [])))} template-heavy steps; "
+            f"base at L0: {base_l0(results)}; fine-tuning "
             f"{c['ft_iters']} steps, {c['ft_docs']} x P tokens per step, LR {c['ft_lr']:g}; "
             f"terminal: EP1 (w = {c['prompt_w']:g}), continuation b = {c['terminal']} "
             f"(w = {c['prompt_w']:g}); {done} of {c['seeds']} seed(s). Accuracy in % over "
             f"{c['samples']} prompts per task and length (the same prompts for every row and "
             f"seed); mean [Student-t 95% interval over seeds]. Prompt tokens (+ 12 / 10 "
             f"generated) per cell: {fills}.")
+
+
+def base_l0(results: dict) -> str:
+    """The base's scores at ``L0`` (``s = 1``), as the notes print them."""
+    L0 = str(results["config"]["L0"])
+    counts = results["base"]["eval"]["counts"]
+    return ", ".join(f"{SHORT[t]} {counts[t][L0][0]:.0f}/{counts[t][L0][1]}" for t in TASKS)
 
 
 def write_md(results: dict, out_json: str) -> str:
