@@ -49,8 +49,8 @@ def test_wilson_and_t_intervals():
     assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3  # textbook values
     lo, hi = stats.wilson(0, 100)
     assert lo < 1e-12 and 0.03 < hi < 0.04
-    lo, hi = stats.t_interval([0.8, 0.9, 1.0])  # mean 0.9, sd 0.1, t(2) = 4.303
-    assert abs(lo - (0.9 - 4.303 * 0.1 / 3 ** 0.5)) < 1e-6 and hi == 1.0
+    lo, hi = stats.t_interval([0.8, 0.9, 1.0])  # mean 0.9, sd 0.1, t(2) = 4.3027
+    assert abs(lo - (0.9 - 4.302653 * 0.1 / 3 ** 0.5)) < 1e-6 and hi == 1.0
     assert stats.t_interval([0.5]) is None
     c = stats.cell([(8, 10), (10, 10)])
     assert c["mean"] == 0.9 and c["k"] == 18 and c["n"] == 20 and c["shown"] == c["t95"]
@@ -230,8 +230,8 @@ def test_paired_difference_and_its_table():
          "1": {"counts": {"passkey": {"640": [5, 10]}}}}
     d = stats.paired_difference(x, y, "passkey", "640")  # seeds 0, 1 only: +0.1, 0.0
     assert d["per_seed"] == pytest.approx([0.1, 0.0]) and d["mean"] == pytest.approx(0.05)
-    half = 12.706 * (0.1 / 2 ** 0.5) / 2 ** 0.5  # t(1) x sd / sqrt(2)
-    assert d["t95"] == pytest.approx([0.05 - half, min(1.0, 0.05 + half)])
+    half = 12.706205 * (0.1 / 2 ** 0.5) / 2 ** 0.5  # t(1) x sd / sqrt(2)
+    assert d["t95"] == pytest.approx([0.05 - half, 0.05 + half])
     assert stats.paired_difference(x, {"9": y["0"]}, "passkey", "640") is None
     table = report.paired_table({"paired": {"d-b": {"passkey": {"640": d}}}})
     assert "| (d) - (b) | passkey (in-dist.) | 640 | +5.0 |" in table

@@ -71,11 +71,11 @@ def test_equal_token_rows_pack_the_stream_with_the_tokens_per_step_of_d(rep, mon
     padding) and train as many tokens per step and as many steps."""
     monkeypatch.setattr(run, "train", lambda name, argv, work: {"argv": argv})
     monkeypatch.setattr(mini.Replication, "export_eval", lambda self, *a, **k: {})
-    rep.base_ckpt = rep.w("ckpt_base")  # never read: training is replaced
+    rep.base_ckpt = rep.path("ckpt_base")  # never read: training is replaced
     rows = {m: rep.method(m, 0) for m in ("d", "hd", "hg")}
     for m, stream in (("hd", "ft_stream"), ("hg", "g1_plain")):
         argv = rows[m]["argv"]
-        assert argv[argv.index("--data-path") + 1] == rep.w(stream)
+        assert argv[argv.index("--data-path") + 1] == rep.path(stream)
         assert argv[argv.index("--seq-length") + 1] == str(rep.L)
         assert "--eod-mask-loss" not in argv  # nothing is padding
         assert rows[m]["tokens_per_step"] == rows["d"]["tokens_per_step"]
@@ -150,3 +150,53 @@ def test_rerender_recomputes_the_pairs_of_a_committed_json(tmp_path):
     out = json.loads(path.read_text())
     assert out["paired"]["g1n-hg"]["passkey"]["640"]["mean"] == pytest.approx(0.2)
     assert "(g1n) - (hg)" in (tmp_path / "old.md").read_text()
+
+
+def test_a_new_row_is_one_record_in_the_table(rep, monkeypatch):
+    """The runner reads a row from its ``RowSpec`` alone: a record added to ``ROWS`` (here (c)'s
+    layout under another name) is built, checked and sized with no code of its own."""
+    from benchmarks.replication import protocol
+    from benchmarks.replication.rows import RowSpec
+
+    c = protocol.ROWS["c"]
+    monkeypatch.setitem(protocol.ROWS, "c2", RowSpec(key="c2", label="(c) again",
+                                                     source=c.source, layout=c.layout))
+    kw = layouts.build(rep, "c2", "c2_seed0", 0, terminal=48, w=0.5)
+    assert "(c2) document-tail/fixed/N=1" in layouts.check("c2", kw, rep.c, terminal=48, w=0.5)
+    with pytest.raises(SystemExit, match=r"method \(c2\).*loss weights"):
+        layouts.check("c2", kw, rep.c, terminal=48, w=1.0)  # its flags name w = 1 now
+
+
+def test_rows_are_typed_keyword_only_frozen_records():
+    import dataclasses
+
+    from benchmarks.replication import extension, protocol
+    from benchmarks.replication.rows import RowSpec
+
+    for table in (protocol.ROWS, extension.ROWS):
+        for k, r in table.items():
+            assert isinstance(r, RowSpec) and r.key == k
+    with pytest.raises(TypeError):
+        RowSpec("x", "positional")  # keyword-only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        protocol.ROWS["d"].seq = "L"
+    with pytest.raises(ValueError, match="layout or is plain"):
+        RowSpec(key="x", label="x", source="ft.jsonl")
+    assert protocol.ROWS["etp"].reconstruction and extension.ROWS["etpose"].reconstruction
+    assert [k for k, r in protocol.ROWS.items() if r.equal_tokens] == ["h", "hd", "hg"]
+    assert protocol.ROWS["hd"].sequences_per_step(8, P=160, L=640) == 2
+
+
+def test_the_runners_dispatch_through_the_table_not_letter_codes():
+    """No ``if m in (...)`` / ``m == "x"`` branches on row names in the runners, and no ``w``
+    naming both the work-directory path helper and the loss weight."""
+    import inspect
+    import re
+
+    from benchmarks.replication import controls, extension
+
+    for mod in (layouts, mini, run, controls, extension):
+        src = inspect.getsource(mod)
+        assert not re.search(r"\b(m|method) (not )?in \(", src), mod.__name__
+        assert not re.search(r"\b(m|method) [!=]= \"", src), mod.__name__
+    assert not hasattr(mini.Replication, "w") and hasattr(mini.Replication, "path")

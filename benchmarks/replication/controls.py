@@ -25,9 +25,10 @@ import numpy as np
 from megatron_endprompt.disk import atomic_path
 
 from benchmarks.replication import data
+from benchmarks.replication.protocol import ROWS
 
 #: Methods whose training data is a plain prefix (contiguous positions, Megatron's packing).
-PLAIN_STREAM = ("a1", "g1nP")
+PLAIN_STREAM = tuple(k for k, r in ROWS.items() if r.plain == "stream")
 
 
 def make_contiguous(sidecar: str) -> int:
@@ -79,18 +80,8 @@ def write_short_docs(path: str, c: dict, count, num_docs: int) -> str:
 
 
 def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> list[str] | None:
-    """Preprocessing flags of the sidecar controls; ``None`` for the plain-stream ones."""
-    if method in PLAIN_STREAM:
+    """Preprocessing flags of a control row; ``None`` for the plain-stream ones."""
+    r = ROWS[method]
+    if r.plain:
         return None
-    if method == "d0":  # (d)'s flags: same seed, same samples; records rewritten afterwards
-        return ["--placement", "random", "--terminal-source", "document-tail",
-                "--terminal-length", str(terminal), "--terminal-loss-weight", f"{w:g}"]
-    if method == "g1n":  # (g1p)'s cuts: with --seq-length a, the stream in windows of a + 1
-        # tokens, stride a, as (g1p) takes its a-token contexts; uniform loss (w = 1); records
-        # then made contiguous (T = a, a legal random draw)
-        return ["--placement", "random", "--terminal-source", "continuation",
-                "--terminal-length", "1", "--terminal-loss-weight", "1"]
-    if method == "g1p":
-        return ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
-                "ep1", "--terminal-loss-weight", f"{prompt_w:g}"]
-    raise KeyError(method)
+    return r.flags(terminal=terminal, weight=w, prompt_weight=prompt_w)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.replication import controls
-from benchmarks.replication.protocol import EQUAL_TOKENS
+from benchmarks.replication.protocol import ROWS
 
 #: Rows cut from a document stream: (stream prefix, window kind).
 STREAM_ROWS = {"hd": ("ft_stream", "L"), "hg": ("g1_plain", "L"), "a1": ("ft_stream", "P"),
@@ -45,12 +45,12 @@ def row_stats(m: str, c: dict, lengths: dict[str, np.ndarray], a: int) -> dict:
         prefix, kind = STREAM_ROWS[m]
         window = {"L": L, "P": P, "a": a}[kind]
         lens = lengths[prefix]
-        sequences = max(1, per_step * P // L) if m in EQUAL_TOKENS else per_step
+        sequences = ROWS[m].sequences_per_step(per_step, P=P, L=L)
         return {"docs_per_step": round(sequences * window / float(lens.mean()), 2),
                 "whole_doc_share": round(whole_share(lens, window), 4),
                 "window": window}
     if m in DOCUMENT_ROWS:
-        sequences = max(1, per_step * P // L) if m in EQUAL_TOKENS else per_step
+        sequences = ROWS[m].sequences_per_step(per_step, P=P, L=L)
         return {"docs_per_step": float(sequences), "whole_doc_share": None, "window": P}
     return {}
 
@@ -61,7 +61,7 @@ def collect(rep, methods: list[str]) -> dict[str, dict]:
 
     lengths = {}
     for prefix in {STREAM_ROWS[m][0] for m in methods if m in STREAM_ROWS}:
-        lengths[prefix] = np.asarray(IndexReader(rep.w(prefix) + ".idx").sequence_lengths,
+        lengths[prefix] = np.asarray(IndexReader(rep.path(prefix) + ".idx").sequence_lengths,
                                      dtype=np.int64)
     needs_a = any(m in STREAM_ROWS and STREAM_ROWS[m][1] == "a" for m in methods)
     a = controls.prompt_context_length(rep.c, rep.spm) if needs_a else rep.P

@@ -65,13 +65,19 @@ def table(runs: list[dict]) -> str:
     rows += ["", "| difference at L | task | " + " | ".join(
         f"L={r['config']['L']} (s={r['config']['ratio']})" for r in runs) + " |",
              "|---|---|" + "---|" * len(runs)]
+    def diff(r: dict, x: str, y: str, t: str) -> dict | None:
+        return r.get("paired", {}).get(f"{x}-{y}", {}).get(t, {}).get(str(r["config"]["L"]))
+    # the difference table is one Holm family (cells with one seed have no test)
+    stats.refresh_family([d for x, y in PAIRS for t in TASKS for r in runs
+                          if (d := diff(r, x, y, t))])
     for x, y in PAIRS:
         for t in TASKS:
             cells = []
             for r in runs:
-                d = r.get("paired", {}).get(f"{x}-{y}", {}).get(t, {}).get(str(r["config"]["L"]))
-                cells.append("n/a" if not d else f"{100 * d['mean']:+.0f}" + (
-                    f" {stats.fmt_interval(d)}" if d["t95"] else f" ({len(d['per_seed'])} seed)"))
+                d = diff(r, x, y, t)
+                text = "n/a" if not d else f"{100 * d['mean']:+.0f}" + (
+                    f" {stats.fmt_interval(d)}" if d["t95"] else f" ({len(d['per_seed'])} seed)")
+                cells.append(f"**{text}**" if d and stats.resolved(d) else text)
             rows.append(f"| ({x}) - ({y}) | {SHORT[t]} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

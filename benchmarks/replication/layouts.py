@@ -5,11 +5,13 @@ layout (every run checks its own data before training; ``--smoke`` checks every 
 sidecar rewrites for (d0) and (e)) and returns the ``train_argv`` keywords that train on it;
 :func:`check` reads it back -- the sidecar verified as the trainer does, every record one that
 ``make_record`` can draw, every position below ``L`` -- and refuses, as one ``error:`` line, data
-that is not the method's layout: (c)/(g)/(g1p) terminals at ``L - b``, (d)/(f) terminals drawn
-in ``[a, L - b]``, (d0) and (g1n) with no jump ((g1n) cut to (g1p)'s ``a < P``), (e) PoSE's first chunk ``<= ceil(P/2)`` and its text skip,
-(f) PoSE pieces inside an EndPrompt sample, prompt sets and loss weights, and the plain data
-of (b)/(h) (one ``L``-token document per sequence), (hd)/(hg) (a stream of unpadded documents
-in ``L``-token windows) and (a1)/(g1nP) (no sidecar).
+that is not the row's layout, read from its record (``protocol.ROWS``): the source,
+placement, pieces, loss weight, prompt set and terminal length its flags name; terminals at
+``L - b`` (fixed placement, and a prompt terminal under PoSE's law), drawn in ``[a, L - b]``
+(random), no jump (``contiguous`` rows; (g1n) cut to (g1p)'s ``a < P``), PoSE's first chunk
+``<= ceil(a/2)`` and its text skip; and the plain data of ``padded`` rows (one ``L``-token
+document per sequence), ``packed`` rows (a stream of unpadded documents in ``L``-token
+windows) and ``stream`` rows (no sidecar).
 """
 
 from __future__ import annotations
@@ -20,42 +22,39 @@ import numpy as np
 
 from benchmarks.replication import controls
 from benchmarks.replication import run
+from benchmarks.replication.protocol import ROWS
 
-#: Methods trained on plain Megatron data (contiguous positions, no sidecar).
-PLAIN = ("b", "h", "hd", "hg", *controls.PLAIN_STREAM)
-#: Equal-token full-length rows: a document stream packed into ``L``-token windows (no padding).
-PACKED = {"hd": "ft_stream", "hg": "g1_plain"}
+
+def _flag(flags: list[str], name: str, default: str | None = None) -> str | None:
+    return flags[flags.index(name) + 1] if name in flags else default
 
 
 def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
-    """Write method ``m``'s training data for fine-tuning seed ``seed``; returns the
-    ``train_argv`` keywords (``seq``, ``target``, ``mb``, ``data_prefix``, ...)."""
-    c = rep.c
-    if m in ("b", "h"):
-        return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.w("ft_plain"),
-                    replay=True, eod_mask=True)  # the EOD padding is not trained
-    if m in PACKED:  # the stream packed in L-token windows, no padding: every token trained
-        return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.w(PACKED[m]),
+    """Write row ``m``'s training data (``protocol.ROWS[m]``) for fine-tuning seed ``seed``;
+    returns the ``train_argv`` keywords (``seq``, ``target``, ``mb``, ``data_prefix``, ...)."""
+    c, r = rep.c, ROWS[m]
+    if r.plain == "padded":  # one document per L-token sequence: the EOD padding not trained
+        return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.path(r.source),
+                    replay=True, eod_mask=True)
+    if r.plain == "packed":  # the stream packed in L-token windows, no padding: every token
+        return dict(seq=rep.L, target=2 * rep.L, mb=1, data_prefix=rep.path(r.source),
                     replay=True)
-    if m in controls.PLAIN_STREAM:  # contiguous P-token windows of a document stream
+    if r.plain == "stream":  # contiguous P-token windows of a document stream
         return dict(seq=rep.P, target=rep.L, mb=max(1, c["ft_docs"] // 2), replay=True,
-                    data_prefix=rep.w("ft_stream" if m == "a1" else "g1_plain"))
+                    data_prefix=rep.path(r.source))
     from megatron_endprompt.cli import preprocess
     from megatron_endprompt.data.sidecar.sidecar import sidecar_path
 
-    prefix = rep.w(f"ft_{tag}")
-    lay = dict(terminal=terminal, w=w, prompt_w=c["prompt_w"])
-    ctl = m in ("d0", "g1p", "g1n")
-    flags = controls.layout_flags(m, **lay) if ctl else run.layout_flags(m, **lay)
+    prefix = rep.path(f"ft_{tag}")
+    flags = r.flags(terminal=terminal, weight=w, prompt_weight=c["prompt_w"])
     # (g1n): (g1p)'s context length a as the whole sample: (g1p)'s cut points, no terminal
-    seq = controls.prompt_context_length(c, rep.spm) if m == "g1n" else rep.P
+    seq = controls.prompt_context_length(c, rep.spm) if r.seq == "a" else rep.P
     run.tool(preprocess.main, [
-        "--input", rep.w("g1.jsonl" if m in ("g1p", "g1n") else "ft.jsonl"),
-        "--output-prefix", prefix,
+        "--input", rep.path(r.source), "--output-prefix", prefix,
         "--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", rep.spm,
         "--seq-length", str(seq), "--target-length", str(rep.L), "--append-eod",
         "--workers", "1", "--no-progress", "--seed", str(1000 + seed), *flags])
-    if m in ("d0", "g1n"):  # positions made contiguous ((d0): (d)'s own samples, same seed)
+    if r.contiguous:  # positions made contiguous ((d0): (d)'s own samples, same seed)
         controls.make_contiguous(sidecar_path(prefix))
     return dict(seq=seq, target=rep.L, mb=max(1, c["ft_docs"] // 2), data_prefix=prefix)
 
@@ -74,15 +73,16 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
         if not ok:
             raise SystemExit(f"error: method ({m}): {prefix}: {why}; its layout is broken "
                              "(benchmarks/replication/layouts.py)")
-    if m in PLAIN:
+    r = ROWS[m]
+    if r.plain:
         need(not os.path.exists(sidecar_path(prefix)), "plain data has a sidecar")
         lengths = np.asarray(IndexReader(prefix + ".idx").sequence_lengths)
         need(len(lengths) > 0, "no document")
-        if m in ("b", "h"):
+        if r.plain == "padded":
             need(np.all(lengths == L), f"full-length documents are not padded to L = {L}")
-        if m in PACKED:  # documents with their one EOD each, unpadded: every token is text
+        if r.plain == "packed":  # documents with their one EOD each, unpadded: all text
             idx = IndexReader(prefix + ".idx")
-            tokens = np.memmap(prefix + ".bin", dtype=idx.dtype, mode="r")  # only 2 per doc read
+            tokens = np.memmap(prefix + ".bin", dtype=idx.dtype, mode="r")  # 2 per doc read
             ends = np.cumsum(lengths)
             eod = tokens[ends - 1]
             need(np.all(eod == eod[0]), "a document does not end with the EOD token")
@@ -98,39 +98,38 @@ def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     bad = check_records(rec.astype(np.int32), lay, h.terminal_length,
                         contiguous_ok=h.terminal_source == "document-tail")
     need(bad is None, f"impossible record {bad}")
-    top = max(int(positions_from_record(r, seq).max()) for r in rec)
+    top = max(int(positions_from_record(record, seq).max()) for record in rec)
     need(top <= L - 1, f"a position {top} >= L")
     a, T = rec[:, 0], rec[:, 1]
     jumped = T > a
-    prompt = h.terminal_source == "prompt"
-    want = {"c": ("document-tail", "fixed", 1), "d": ("document-tail", "random", 1),
-            "d0": ("document-tail", "random", 1), "e": ("continuation", "pose", 2),
-            "etp": ("prompt", "pose", 2),
-            "f": ("document-tail", "random", 2), "g": ("prompt", "fixed", 1),
-            "g1p": ("prompt", "fixed", 1), "g1n": ("continuation", "random", 1)}[m]
+    flags = r.flags(terminal=terminal, weight=w, prompt_weight=c["prompt_w"])
+    placement, source = _flag(flags, "--placement"), _flag(flags, "--terminal-source")
+    chunks = 2 if placement == "pose" else int(_flag(flags, "--pose-chunks", "1"))
+    want = (source, placement, chunks)
     need((h.terminal_source, lay.placement, lay.pose_chunks) == want,
          f"source/placement/pieces {h.terminal_source}/{lay.placement}/{lay.pose_chunks}, "
          f"not {'/'.join(map(str, want))}")
-    weight = c["prompt_w"] if prompt else (1.0 if m in ("e", "g1n") else w)
+    weight = float(_flag(flags, "--terminal-loss-weight"))
     need(lay.loss_weights.terminal == weight and lay.loss_weights.context == 1.0,
          f"loss weights {lay.loss_weights.terminal}/{lay.loss_weights.context}, not {weight}/1")
-    if prompt:
-        names = PROMPT_SETS["ep1" if m in ("g1p", "etp") else "ep1-3"]
+    if source == "prompt":
+        names = PROMPT_SETS[_flag(flags, "--terminal-prompts")]
         need(tuple(h.prompts) == tuple(names), f"prompts {h.prompts}, not {list(names)}")
     else:
-        need(h.terminal_length == (1 if m in ("e", "g1n") else terminal),
-             f"terminal length {h.terminal_length}")
-    if m in ("c", "g", "g1p", "etp"):
+        b = int(_flag(flags, "--terminal-length"))
+        need(h.terminal_length == b, f"terminal length {h.terminal_length}, not {b}")
+    if r.contiguous:
+        need(not jumped.any(), "a position jump")
+    elif placement == "fixed" or (placement == "pose" and source == "prompt"):
         need(jumped.any() and np.all(T[jumped] == L - (P - a[jumped])),
              "terminals not at L - b")
-    if m in ("d", "f"):
+    elif placement == "random":
         need(jumped.any() and np.any(T[jumped] < L - (P - a[jumped])), "no random terminal")
-    if m in ("d0", "g1n"):
-        need(not jumped.any(), "a position jump")
-    if m == "g1n":
+    if r.seq == "a":
         need(seq < P, f"(g1p)'s context length a = {seq} is not below P = {P}")
-    if m in ("e", "etp"):  # PoSE's law over the context: a first chunk of U{1..ceil(a/2)}
-        need(np.all((rec[:, 2] >= 1) & (rec[:, 2] <= (a + 1 + (m == "e")) // 2)),
+    if placement == "pose":  # PoSE's law over the context: a first chunk of U{1..ceil(a/2)}
+        top_r1 = (a + 1 + (source == "continuation")) // 2
+        need(np.all((rec[:, 2] >= 1) & (rec[:, 2] <= top_r1)),
              "a first chunk outside 1..ceil(a/2)")
         stats = h.stats.get("pose", {})
         need(stats.get("samples") == len(rec) and stats.get("text_skip_mean", 0) > 0,

@@ -75,7 +75,8 @@ from megatron_endprompt.disk import atomic_path
 from benchmarks.replication.args import build_parser  # noqa: F401 - mini.build_parser stays
 
 from benchmarks.replication.protocol import BASE_KEYS, BASE_SAVE_EVERY, EVAL_KEYS  # noqa: F401
-from benchmarks.replication.protocol import EQUAL_TOKENS, METHODS, PAIRS, SIZES  # noqa: F401
+from benchmarks.replication.protocol import EQUAL_TOKENS, METHODS, PAIRS, ROWS  # noqa: F401
+from benchmarks.replication.protocol import SIZES  # noqa: F401
 
 
 class Replication:
@@ -84,9 +85,10 @@ class Replication:
     def __init__(self, c: dict, work: str, resume: bool):
         self.c, self.work, self.resume = c, work, resume
         self.L0, self.L, self.P = c["L0"], c["L"], c["P"]
-        self.spm = self.w("tokenizer.model")
+        self.spm = self.path("tokenizer.model")
 
-    def w(self, *p: str) -> str:
+    def path(self, *p: str) -> str:
+        """A path in the work directory."""
         return os.path.join(self.work, *p)
 
     def reuse(self, path: str, sig: dict, tag: str) -> dict | None:
@@ -114,8 +116,8 @@ class Replication:
         for j, (ckpt, stamp_name, iters, load) in enumerate(stages):
             if j:
                 key = {**key, "more": c["base_more"][:j]}
-            stamp = self.w(stamp_name)
-            self.base_ckpt = self.w(ckpt)
+            stamp = self.path(stamp_name)
+            self.base_ckpt = self.path(ckpt)
             if os.path.exists(stamp):
                 with open(stamp, encoding="utf-8") as f:
                     cached = json.load(f)
@@ -135,17 +137,17 @@ class Replication:
         """One pretraining stage; with ``--resume``, one interrupted under the same ``key``
         continues from its last save (every ``BASE_SAVE_EVERY`` steps)."""
         c = self.c
-        partial = self.w(f"{ckpt}.partial.json")
-        tracker = self.w(ckpt, "latest_checkpointed_iteration.txt")
+        partial = self.path(f"{ckpt}.partial.json")
+        tracker = self.path(ckpt, "latest_checkpointed_iteration.txt")
         if self.resume and os.path.exists(tracker) and os.path.exists(partial):
             with open(partial, encoding="utf-8") as f:
                 if json.load(f) == key:
-                    print(f"base: continuing {self.w(ckpt)} from its last save", flush=True)
-                    log = self.w(f"train_{'base' if j == 0 else f'base_more{j}'}.log")
+                    print(f"base: continuing {self.path(ckpt)} from its last save", flush=True)
+                    log = self.path(f"train_{'base' if j == 0 else f'base_more{j}'}.log")
                     if os.path.exists(log):  # the interrupted part's log (times, losses) stays
                         os.replace(log, f"{log}.before-{int(time.time())}")
-                    return self._base_train(j, ckpt, iters, self.w(ckpt), finetune=False)
-        shutil.rmtree(self.w(ckpt), ignore_errors=True)
+                    return self._base_train(j, ckpt, iters, self.path(ckpt), finetune=False)
+        shutil.rmtree(self.path(ckpt), ignore_errors=True)
         with open(partial, "w", encoding="utf-8") as f:
             json.dump(key, f)
         if j == 0:
@@ -155,12 +157,12 @@ class Replication:
         lo = max(64, self.L0 // 4)
         n_docs = int(iters * c["base_mb"] * 2 * self.L0 * 1.1 / ((lo + self.L0) / 2)) + 60
         name = "base" if j == 0 else f"base_more{j}"
-        data.write_docs(self.w(f"{name}.jsonl"), num_docs=n_docs, min_tokens=lo,
+        data.write_docs(self.path(f"{name}.jsonl"), num_docs=n_docs, min_tokens=lo,
                         max_tokens=self.L0, seed=11 + 10 * j, count=count, fact_span=None)
-        ntok = data.write_plain_prefix(self.w(f"{name}.jsonl"), self.w(f"{name}_plain"),
+        ntok = data.write_plain_prefix(self.path(f"{name}.jsonl"), self.path(f"{name}_plain"),
                                        self.spm)
         print(f"{name} data: {n_docs} documents, {ntok} tokens", flush=True)
-        return self._base_train(j, ckpt, iters, self.w(load) if load else None, finetune=True)
+        return self._base_train(j, ckpt, iters, self.path(load) if load else None, finetune=True)
 
     def _base_train(self, j: int, ckpt: str, iters: int, load: str | None, *,
                     finetune: bool) -> dict:
@@ -168,7 +170,7 @@ class Replication:
         return run.train(name, run.train_argv(
             c, self.spm, self.work, seq=self.L0, target=2 * self.L0, pi=1.0, mb=c["base_mb"],
             gbs=2 * c["base_mb"], iters=iters, lr=c["base_lr"],
-            data_prefix=self.w(f"{name}_plain"), save=self.w(ckpt), load=load,
+            data_prefix=self.path(f"{name}_plain"), save=self.path(ckpt), load=load,
             seed=1234 + j, replay=True, save_interval=min(iters, BASE_SAVE_EVERY),
             finetune=finetune), self.work)
 
@@ -179,19 +181,19 @@ class Replication:
         c, count = self.c, data.token_counter(self.spm)
         n = int(c["ft_iters"] * c["ft_docs"] * 1.15) + 24
         lo = c["ft_min"] or self.P
-        data.write_docs(self.w("ft.jsonl"), num_docs=n, min_tokens=lo,
+        data.write_docs(self.path("ft.jsonl"), num_docs=n, min_tokens=lo,
                         max_tokens=self.L - 1, seed=12, count=count, fact_span=c["fact_span"])
-        data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_plain"), self.spm, pad_to=self.L)
-        data.write_docs(self.w("ppl.jsonl"), num_docs=c["ppl_docs"], min_tokens=self.L + 64,
+        data.write_plain_prefix(self.path("ft.jsonl"), self.path("ft_plain"), self.spm, pad_to=self.L)
+        data.write_docs(self.path("ppl.jsonl"), num_docs=c["ppl_docs"], min_tokens=self.L + 64,
                         max_tokens=self.L + 64, seed=13, count=count, fact_span=None,
                         kinds=("fact",), probs=(1.0,))
         print(f"fine-tuning data: {n} documents of {lo}..{self.L - 1} tokens (+EOD)", flush=True)
         wanted = list(METHODS) if c.get("check_all") else c["methods"].split(",")
         if {"a1", "hd"} & set(wanted):  # the same documents as one stream (Megatron's packing)
-            data.write_plain_prefix(self.w("ft.jsonl"), self.w("ft_stream"), self.spm)
+            data.write_plain_prefix(self.path("ft.jsonl"), self.path("ft_stream"), self.spm)
         if {"g1p", "g1n", "g1nP", "hg"} & set(wanted):
-            controls.write_short_docs(self.w("g1.jsonl"), c, count, 3 * n)
-            data.write_plain_prefix(self.w("g1.jsonl"), self.w("g1_plain"), self.spm)
+            controls.write_short_docs(self.path("g1.jsonl"), c, count, 3 * n)
+            data.write_plain_prefix(self.path("g1.jsonl"), self.path("g1_plain"), self.spm)
 
     def export_eval(self, ckpt: str, tag: str, *, target: int | None,
                     pi: float | None, cache: bool = False) -> dict:
@@ -200,12 +202,12 @@ class Replication:
         if cache:
             sig = {"base": {k: self.c[k] for k in (*BASE_KEYS, "base_more")},
                    "eval": {k: self.c[k] for k in EVAL_KEYS}, "target": target, "pi": pi}
-            done = self.w(f"evaluated_{tag}.json")
+            done = self.path(f"evaluated_{tag}.json")
             if (entry := self.reuse(done, sig, tag)) is not None:
                 return entry["eval"]
-        hf = self.w(f"hf_{tag}")
+        hf = self.path(f"hf_{tag}")
         run.convert(ckpt, hf, target=target, pi=pi)
-        out = run.evaluate(hf, self.w(f"eval_{tag}"), self.c, self.w("ppl.jsonl"))
+        out = run.evaluate(hf, self.path(f"eval_{tag}"), self.c, self.path("ppl.jsonl"))
         if cache:
             with open(done, "w", encoding="utf-8") as f:
                 json.dump({"sig": sig, "eval": out}, f)
@@ -217,21 +219,20 @@ class Replication:
         c = self.c
         terminal, w, s = terminal or c["terminal"], c["w"] if w is None else w, s or c["ratio"]
         tag = tag or f"{m}_seed{seed}"
-        done = self.w(f"run_{tag}.json")
+        done = self.path(f"run_{tag}.json")
         # which other methods this invocation runs does not change this one's run
         sig = {"c": {k: v for k, v in c.items() if k != "methods"}, "m": m, "seed": seed,
                "terminal": terminal, "w": w, "s": s}
-        if m == "e":  # not the old two-piece (e): PoSE's own law
+        if ROWS[m].layout == tuple(pose.POSE_FLAGS):  # not the old two-piece (e): PoSE's law
             sig["law"] = pose.LAW
         if (entry := self.reuse(done, sig, tag)) is not None:
             return entry
         t0 = time.time()
-        ckpt = self.w(f"ckpt_{tag}")
+        ckpt = self.path(f"ckpt_{tag}")
         shutil.rmtree(ckpt, ignore_errors=True)
         ft_seed = 1000 + seed
-        docs = c["ft_docs"]
-        if m in EQUAL_TOKENS:  # the tokens per step of the methods that train on P tokens
-            docs = max(2, c["ft_docs"] * self.P // self.L)  # >= 1 per data-parallel rank
+        # equal-tokens rows: the tokens per step of the rows that train on P tokens
+        docs = ROWS[m].sequences_per_step(c["ft_docs"], P=self.P, L=self.L)
         kw = layouts.build(self, m, tag, seed, terminal=terminal, w=w)
         print("  layout " + layouts.check(m, kw, c, terminal=terminal, w=w), flush=True)
         entry = {"name": METHODS[m], "sig": sig, "seed": seed,
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerender:  # a committed JSON under today's PAIRS; no run
         with open(args.rerender, encoding="utf-8") as f:
             results = json.load(f)
+        for m, e in results["methods"].items():  # today's labels (reconstructions marked)
+            e["name"] = METHODS.get(m, e["name"])
         summarize(results, results["config"])
         print("wrote " + ", ".join(write(results, args.rerender, partial=False)))
         return 0
@@ -319,23 +322,23 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         results["layouts"] = {m: layouts.check(m, layouts.build(
             rep, m, f"check_{m}", 0, terminal=c["terminal"], w=c["w"]), c,
-            terminal=c["terminal"], w=c["w"]) for m in METHODS if m != "a"}
+            terminal=c["terminal"], w=c["w"]) for m in METHODS if ROWS[m].trains}
         print("\n".join(f"  layout {v}" for v in results["layouts"].values()), flush=True)
         timings["layouts_s"] = time.time() - t0
     t0 = time.time()
     results["base"]["eval"] = rep.export_eval(rep.base_ckpt, "base_s1", target=None,
                                               pi=None, cache=True)
-    if "a" in methods:
-        ev = rep.export_eval(rep.base_ckpt, "a", target=rep.L, pi=float(c["ratio"]),
+    for m in [k for k in methods if not ROWS[k].trains]:  # PI only: the base under PI s
+        ev = rep.export_eval(rep.base_ckpt, m, target=rep.L, pi=float(c["ratio"]),
                              cache=True)
-        results["methods"]["a"] = {"name": METHODS["a"], "tokens_trained": 0,
-                                   "seeds": {"-": ev}}
+        results["methods"][m] = {"name": METHODS[m], "tokens_trained": 0,
+                                 "seeds": {"-": ev}}
     timings["base_eval_s"] = time.time() - t0
     results["data"] = data_stats.collect(rep, methods)
     for seed in range(args.seeds):
         t0 = time.time()
         for m in methods:
-            if m != "a":
+            if ROWS[m].trains:
                 results["methods"].setdefault(m, {"name": METHODS[m], "seeds": {}})
                 results["methods"][m]["seeds"][str(seed)] = rep.method(m, seed)
         timings[f"seed{seed}_s"] = time.time() - t0
@@ -364,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def summarize(results: dict, c: dict) -> None:
     """Per-method summaries and the paired differences of ``PAIRS`` (both rows present)."""
-    tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in c["held_out"].split(","))]
+    held = (c.get("held_out") or "").split(",")  # archived blocks predate held-out tasks
+    tasks = [*run.EVAL_TASKS, *(t for t in run.HELD_OUT_TASKS if t in held)]
     results["summary"] = {m: stats.summarize(e["seeds"], tasks)
                           for m, e in results["methods"].items()}
     results["summary"]["base"] = stats.summarize({"-": results["base"]["eval"]}, tasks)
@@ -372,6 +376,16 @@ def summarize(results: dict, c: dict) -> None:
     results["paired"] = {f"{x}-{y}": {t: {n: stats.paired_difference(seeds[x], seeds[y], t, n)
                                           for n in c["lengths"].split(",")} for t in tasks}
                          for x, y in PAIRS if x in seeds and y in seeds}
+    # one family per difference table: the main table's pairs, and the sweep's variants
+    stats.holm_family([d for by_t in results["paired"].values() for by_n in by_t.values()
+                       for d in by_n.values() if d])
+    if "sweep" in results:
+        for r in results["sweep"]["runs"].values():
+            if "seeds" in r:  # an archived one-seed sweep stored its summary alone
+                r["summary"] = stats.summarize(r["seeds"], tasks)
+        stats.refresh_family([d for r in results["sweep"]["runs"].values()
+                              for by_n in r.get("paired", {}).values()
+                              for d in by_n.values() if d])
 
 
 def write(results: dict, out_json: str, *, partial: bool) -> list[str]:

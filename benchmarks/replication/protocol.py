@@ -7,28 +7,63 @@ statistics and the tests read the protocol without importing the runner.
 
 from __future__ import annotations
 
-METHODS = {
-    "a": "PI only (no training)",
-    "b": "full-length FT at L",
-    "c": "EndPrompt fixed",
-    "d": "EndPrompt random",
-    "e": "PoSE (train_pose.py)",
-    "f": "(d) + the project's two-piece chunks",
-    "g": "EndPrompt prompt EP1-3",
-    "h": "full-length FT, equal tokens",
-    "d0": "(d), no jump (contiguous)",
-    "a1": "PI + short FT, stream windows",
-    "g1p": "short-range docs + EP1 terminal",
-    "g1n": "short-range docs, no terminal, (g1p)'s cuts",
-    "g1nP": "short-range docs, no terminal, P-token windows",
-    "etp": "ET(PoSE): PoSE's law + EP1 terminal",
-    "hd": "full-length FT, equal tokens, (d)'s docs packed",
-    "hg": "full-length FT, equal tokens, (g1p)'s docs packed",
-}
+from benchmarks.replication import pose
+from benchmarks.replication.rows import RowSpec
+
+_TAIL = ("--terminal-source", "document-tail", "--terminal-length", "{b}",
+         "--terminal-loss-weight", "{w}")
+#: (g1p)'s EP1 prompt terminal and (etp)'s.
+_EP1 = ("--terminal-source", "prompt", "--terminal-prompts", "ep1", "--terminal-loss-weight",
+        "{pw}")
+
+#: Every row of the mini-replication, one typed record each (``rows.RowSpec``): its training
+#: data (a JSONL preprocessed with its layout flags, or a plain prefix cut as ``plain`` says),
+#: its physical sample length and its tokens per step. The runner (``layouts.build`` /
+#: ``layouts.check``) reads nothing else about a row.
+ROWS = {r.key: r for r in (
+    RowSpec(key="a", label="PI only (no training)"),
+    RowSpec(key="b", label="full-length FT at L", source="ft_plain", plain="padded", seq="L"),
+    RowSpec(key="c", label="EndPrompt fixed", source="ft.jsonl",
+            layout=("--placement", "fixed", *_TAIL)),
+    RowSpec(key="d", label="EndPrompt random", source="ft.jsonl",
+            layout=("--placement", "random", *_TAIL)),
+    RowSpec(key="e", label="PoSE (train_pose.py)", source="ft.jsonl",
+            layout=tuple(pose.POSE_FLAGS)),  # PoSE as train_pose.py draws it
+    RowSpec(key="f", label="(d) + the project's two-piece chunks", source="ft.jsonl",
+            layout=("--placement", "random", "--pose-chunks", "2", *_TAIL)),
+    RowSpec(key="g", label="EndPrompt prompt EP1-3", source="ft.jsonl",
+            # the committed (g) results used the mixture, the old default
+            layout=("--placement", "fixed", "--terminal-source", "prompt",
+                    "--terminal-prompts", "ep1-3", "--terminal-loss-weight", "{pw}")),
+    RowSpec(key="h", label="full-length FT, equal tokens", source="ft_plain", plain="padded",
+            seq="L", equal_tokens=True),
+    RowSpec(key="d0", label="(d), no jump (contiguous)", source="ft.jsonl",
+            layout=("--placement", "random", *_TAIL), contiguous=True),
+    RowSpec(key="a1", label="PI + short FT, stream windows", source="ft_stream",
+            plain="stream"),
+    RowSpec(key="g1p", label="short-range docs + EP1 terminal", source="g1.jsonl",
+            layout=("--placement", "fixed", *_EP1)),
+    # (g1p)'s cuts: with --seq-length a, the stream in windows of a + 1 tokens, stride a, as
+    # (g1p) takes its a-token contexts; uniform loss; records then made contiguous (T = a)
+    RowSpec(key="g1n", label="short-range docs, no terminal, (g1p)'s cuts", source="g1.jsonl",
+            layout=("--placement", "random", "--terminal-source", "continuation",
+                    "--terminal-length", "1", "--terminal-loss-weight", "1"),
+            seq="a", contiguous=True),
+    RowSpec(key="g1nP", label="short-range docs, no terminal, P-token windows",
+            source="g1_plain", plain="stream"),
+    RowSpec(key="etp", label="ET(PoSE): PoSE's law + EP1 terminal (reconstruction)",
+            source="ft.jsonl", layout=("--placement", "pose", *_EP1), reconstruction=True),
+    RowSpec(key="hd", label="full-length FT, equal tokens, (d)'s docs packed",
+            source="ft_stream", plain="packed", seq="L", equal_tokens=True),
+    RowSpec(key="hg", label="full-length FT, equal tokens, (g1p)'s docs packed",
+            source="g1_plain", plain="packed", seq="L", equal_tokens=True),
+)}
+#: Row labels by key (the tables' and results' ``name``).
+METHODS = {k: r.label for k, r in ROWS.items()}
 
 #: Methods trained on fewer, longer samples with the tokens per step of the ``P``-token rows:
 #: ``ft_docs x P / L`` sequences of ``L`` tokens per step.
-EQUAL_TOKENS = ("h", "hd", "hg")
+EQUAL_TOKENS = tuple(k for k, r in ROWS.items() if r.equal_tokens)
 
 #: The comparisons the report makes, each paired by seed: (x, y) gives x - y.
 PAIRS = (

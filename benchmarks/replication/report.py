@@ -90,21 +90,35 @@ def data_table(results: dict) -> str:
 
 
 def paired_table(results: dict) -> str:
-    """Differences of accuracy paired by seed (points, Student-t 95% interval)."""
+    """Differences of accuracy paired by seed (points, Student-t 95% interval, paired t-test p
+    and its Holm-adjusted p over the whole table; bold: resolved after Holm)."""
     paired = results.get("paired") or {}
     if not paired:
         return ""
-    rows = ["| difference | task | length | mean (points) | 95% interval | seeds |",
-            "|---|---|---|---|---|---|"]
+    rows = [DIFF_HEAD, DIFF_RULE]
     for name, by_task in paired.items():
         for t, by_len in by_task.items():
             for n, d in by_len.items():
-                if d is None:
-                    continue
-                ci = stats.fmt_interval(d)
-                rows.append(f"| ({name.replace('-', ') - (')}) | {SHORT.get(t, t)} | {n} | "
-                            f"{100 * d['mean']:+.1f} | {ci} | {len(d['per_seed'])} |")
+                if d is not None:
+                    rows.append(diff_row(f"({name.replace('-', ') - (')})", t, n, d))
     return "\n".join(rows)
+
+
+#: Columns of every table of paired differences (one Holm family per table).
+DIFF_HEAD = ("| difference | task | length | mean (points) | 95% t interval | p | Holm p | "
+             "seeds |")
+DIFF_RULE = "|---|---|---|---|---|---|---|---|"
+
+
+def diff_row(label: str, task: str, length: str, d: dict) -> str:
+    """One paired difference; its mean and interval in bold only where it survives Holm's
+    correction over its table (``stats.resolved``)."""
+    mean, ci = f"{100 * d['mean']:+.1f}", stats.fmt_interval(d)
+    if stats.resolved(d):
+        mean, ci = f"**{mean}**", f"**{ci}**"
+    return (f"| {label} | {SHORT.get(task, task)} | {length} | {mean} | {ci} | "
+            f"{stats.fmt_p(d.get('p'))} | {stats.fmt_p(d.get('p_holm'))} | "
+            f"{len(d['per_seed'])} |")
 
 
 def sweep_table(results: dict) -> str:
@@ -130,24 +144,20 @@ def sweep_table(results: dict) -> str:
         ppl = s.get("ppl", {}).get(L)
         cells.append(f"{ppl['mean']:.2f}" if ppl else "n/a")
         rows.append("| " + " | ".join(cells) + " |")
-    diffs = ["", "| variant - default | task | length | mean (points) | 95% interval | seeds |",
-             "|---|---|---|---|---|---|"]
+    diffs = ["", DIFF_HEAD.replace("difference", "variant - default"), DIFF_RULE]
     for label, r in sw["runs"].items():
         for t in TASKS:
             for n in (L0, L):
                 p = r.get("paired", {}).get(t, {}).get(n)
-                if not p:
-                    continue
-                ci = stats.fmt_interval(p)
-                diffs.append(f"| ({m}) {label} | {SHORT.get(t, t)} | {n} | "
-                             f"{100 * p['mean']:+.1f} | {ci} | {len(p['per_seed'])} |")
+                if p:
+                    diffs.append(diff_row(f"({m}) {label}", t, n, p))
     return "\n".join(rows + (diffs if len(diffs) > 3 else []))
 
 
 def notes(results: dict) -> str:
     c, t = results["config"], results.get("timings_s", {})
     seeds = results.get("seeds_done", c["seeds"])
-    interval = ("Student-t 95% interval over the seeds" if seeds > 1
+    interval = ("Student-t 95% interval over the seeds (SciPy)" if seeds > 1
                 else "Wilson 95% interval of the cell")
     return (f"L0={c['L0']}, L={c['L']} (s={c['ratio']}), P={c['P']}; {c['ft_iters']} "
             f"fine-tuning steps x {c['ft_docs']} documents per method, LR {c['ft_lr']:g}; "
@@ -252,7 +262,8 @@ def write_all(results: dict, out_json: str) -> list[str]:
         text += "\nTraining data per row:\n\n" + dt + "\n"
     paired = paired_table(results)
     if paired:
-        text += "\nDifferences paired by seed (same evaluation prompts per seed):\n\n" + \
+        text += ("\nDifferences paired by seed (same evaluation prompts per seed; paired "
+                 "t-test, Holm's correction over this table; bold: Holm p < 0.05):\n\n") + \
             paired + "\n"
     sw = sweep_table(results)
     if sw:

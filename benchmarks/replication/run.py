@@ -18,8 +18,8 @@ import resource
 import statistics
 import time
 
-from benchmarks.replication import pose
 from benchmarks.replication import stats
+from benchmarks.replication.protocol import ROWS
 
 from megatron_endprompt.demo_train import TINY_LLAMA, parse_losses, run_pretrain
 from megatron_endprompt.errors import run_cli
@@ -42,22 +42,23 @@ def model_flags(c: dict) -> list[str]:
     return flags
 
 
-def _train_child(argv: list[str], log_path: str, conn) -> None:
-    rc, _ = run_pretrain(argv, log_path=log_path, nproc=2)
+def _train_child(argv: list[str], log_path: str, conn, nproc: int) -> None:
+    rc, _ = run_pretrain(argv, log_path=log_path, nproc=nproc)
     conn.send((rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
     conn.close()
 
 
-def train(name: str, argv: list[str], work: str) -> dict:
-    """One ``pretrain`` run in a forked process (so ``RUSAGE_CHILDREN`` covers only its torchrun
-    tree); returns step time, peak RSS and losses. Exits on failure with the log's tail."""
+def train(name: str, argv: list[str], work: str, *, nproc: int = 2) -> dict:
+    """One ``pretrain`` run (``nproc`` data-parallel CPU ranks) in a forked process (so
+    ``RUSAGE_CHILDREN`` covers only its torchrun tree); returns step time, peak RSS and losses.
+    Exits on failure with the log's tail."""
     log_path = os.path.join(work, f"train_{name}.log")
-    print(f"[{name}] torchrun --nproc_per_node 2 -m megatron_endprompt.training.pretrain ... "
+    print(f"[{name}] torchrun --nproc_per_node {nproc} -m megatron_endprompt.training.pretrain ... "
           f"(log: {log_path})", flush=True)
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     t0 = time.time()
-    proc = ctx.Process(target=_train_child, args=(argv, log_path, child))
+    proc = ctx.Process(target=_train_child, args=(argv, log_path, child, nproc))
     proc.start()
     rc, maxrss_kib = parent.recv()
     proc.join()
@@ -118,17 +119,8 @@ def train_argv(c: dict, spm: str, work: str, *, seq: int, target: int, pi: float
 
 
 def layout_flags(method: str, *, terminal: int, w: float, prompt_w: float) -> list[str]:
-    """Preprocessing flags of the methods built from a sidecar (c)-(g), (etp)."""
-    tail = ["--terminal-source", "document-tail", "--terminal-length", str(terminal),
-            "--terminal-loss-weight", f"{w:g}"]
-    return {"c": ["--placement", "fixed", *tail],
-            "d": ["--placement", "random", *tail],
-            "e": list(pose.POSE_FLAGS),  # PoSE as train_pose.py draws it (--placement pose)
-            "etp": [*pose.ET_POSE_FLAGS[:-1], f"{prompt_w:g}"],  # the paper's ET(PoSE)
-            "f": ["--placement", "random", "--pose-chunks", "2", *tail],
-            "g": ["--placement", "fixed", "--terminal-source", "prompt", "--terminal-prompts",
-                  "ep1-3",  # the committed (g) results used the mixture, the old default
-                  "--terminal-loss-weight", f"{prompt_w:g}"]}[method]
+    """Preprocessing flags of a sidecar row (``protocol.ROWS[method].layout`` filled)."""
+    return ROWS[method].flags(terminal=terminal, weight=w, prompt_weight=prompt_w)
 
 
 def convert(ckpt: str, hf: str, *, target: int | None, pi: float | None) -> None:

@@ -8,6 +8,11 @@ sqrt(S)``: the fine-tuning seed's variation; the prompts are the same in every s
 Wilson interval of the pooled counts (``sum k / sum n``; treats the ``S x n`` answers as
 independent, which they are not quite: the same prompts are asked of every seed). The tables
 show the t interval where there are at least 2 seeds, else the single run's Wilson interval.
+
+Quantiles and tests come from SciPy (``scipy.stats.t``), for any number of seeds. A paired
+difference carries its two-sided one-sample t-test p-value (``H0``: mean difference 0); a
+table of differences is corrected as one family by Holm's step-down method
+(:func:`holm`): a cell is *resolved* only where its Holm-adjusted p is below 0.05.
 """
 
 from __future__ import annotations
@@ -15,10 +20,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from scipy import stats as sps
+
 Z95 = 1.959963984540054
-#: Student t quantiles t(0.975, df), df = 1..10 (standard tables; no scipy here).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228}
+#: Family-wise error rate of Holm's correction (and the two-sided level of every interval).
+ALPHA = 0.05
+
+
+def t975(df: int) -> float:
+    """Student t quantile ``t(0.975, df)`` (SciPy), for any ``df >= 1``."""
+    return float(sps.t.ppf(1 - ALPHA / 2, df))
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    s = len(values)
+    mean = sum(values) / s
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (s - 1))
 
 
 def wilson(k: float, n: int, z: float = Z95) -> tuple[float, float]:
@@ -38,9 +55,8 @@ def t_interval(values: Sequence[float]) -> tuple[float, float] | None:
     s = len(values)
     if s < 2:
         return None
-    mean = sum(values) / s
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (s - 1))
-    half = T975.get(s - 1, 1.96) * sd / math.sqrt(s)
+    mean, sd = _mean_sd(values)
+    half = t975(s - 1) * sd / math.sqrt(s)
     return (max(0.0, mean - half), min(1.0, mean + half))
 
 
@@ -95,8 +111,7 @@ def fmt_cell(c: dict | None) -> str:
 def paired_difference(x: dict[str, dict], y: dict[str, dict], task: str,
                       length: str) -> dict | None:
     """Accuracy difference ``x - y`` of one cell, paired by seed (both methods are evaluated
-    on the same prompts per seed): ``{"mean", "per_seed", "t95"}`` with a Student-t 95%
-    interval of the per-seed differences (in [-1, 1]; ``None`` for one shared seed). ``x``,
+    on the same prompts per seed): :func:`paired_summary` of the per-seed differences. ``x``,
     ``y``: ``{seed: {"counts": {task: {length: [k, n]}}}}``; ``None`` without a shared seed."""
     diffs = []
     for seed in sorted(set(x) & set(y)):
@@ -104,20 +119,73 @@ def paired_difference(x: dict[str, dict], y: dict[str, dict], task: str,
         b = y[seed]["counts"].get(task, {}).get(length)
         if a and b and a[1] and b[1]:
             diffs.append(a[0] / a[1] - b[0] / b[1])
-    if not diffs:
-        return None
+    return paired_summary(diffs) if diffs else None
+
+
+def paired_summary(diffs: Sequence[float]) -> dict:
+    """Per-seed differences -> ``{"mean", "per_seed", "t95", "p"}``: the Student-t 95% interval
+    of their mean (``t(0.975, S-1) * sd / sqrt(S)``, not clipped: a difference of retentions
+    spans [-2, 2]) and the two-sided p of the paired t-test (``scipy.stats.ttest_1samp``
+    against 0); ``t95`` and ``p`` are ``None`` for one seed. Identical differences (sd 0)
+    give the degenerate interval ``[mean, mean]`` and p = 1 where the mean is 0, else 0."""
+    diffs = [float(d) for d in diffs]
     s, mean = len(diffs), sum(diffs) / len(diffs)
-    t = None
+    t = p = None
     if s >= 2:
-        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (s - 1))
-        half = T975.get(s - 1, 1.96) * sd / math.sqrt(s)
-        t = [max(-1.0, mean - half), min(1.0, mean + half)]
-    return {"mean": mean, "per_seed": diffs, "t95": t}
+        _, sd = _mean_sd(diffs)
+        half = t975(s - 1) * sd / math.sqrt(s)
+        t = [mean - half, mean + half]
+        if sd == 0:
+            p = 1.0 if mean == 0 else 0.0
+        else:
+            p = float(sps.ttest_1samp(diffs, 0.0).pvalue)
+    return {"mean": mean, "per_seed": diffs, "t95": t, "p": p}
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values of one family (``None`` entries, cells without a
+    test, are left out of the family and stay ``None``): sorted ascending, the ``i``-th
+    (0-based) of ``m`` is ``min(1, max_{j <= i} (m - j) p_(j))``. A cell is resolved at
+    family-wise level ``ALPHA`` where its adjusted p is below ``ALPHA``."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    order = sorted(idx, key=lambda i: pvalues[i])
+    m, out, running = len(order), list[float | None]([None] * len(pvalues)), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
+def holm_family(cells: Sequence[dict]) -> None:
+    """Add ``p_holm`` to each paired-difference cell of one table (one family), in place."""
+    for c, adj in zip(cells, holm([c.get("p") for c in cells]), strict=True):
+        c["p_holm"] = adj
+
+
+def refresh_family(cells: Sequence[dict]) -> None:
+    """Recompute each paired-difference cell of one table from its ``per_seed`` differences
+    (interval, p) and add its Holm-adjusted p over the table, in place: a committed results
+    JSON re-rendered gets today's statistics."""
+    for c in cells:
+        c.update(paired_summary(c["per_seed"]))
+    holm_family(cells)
+
+
+def resolved(d: dict) -> bool:
+    """Whether a paired difference survives Holm's correction over its table."""
+    return d.get("p_holm") is not None and d["p_holm"] < ALPHA
 
 
 def fmt_interval(d: dict) -> str:
-    """A paired difference's Student-t 95% interval in signed points, ``[-3, +2]``; ``n/a (1
-    seed)`` without one."""
+    """A paired difference's Student-t 95% interval in signed points, ``[-3.1, +2.0]``; ``n/a
+    (1 seed)`` without one."""
     if not d.get("t95"):
         return "n/a (1 seed)"
-    return f"[{100 * d['t95'][0]:+.0f}, {100 * d['t95'][1]:+.0f}]"
+    return f"[{100 * d['t95'][0]:+.1f}, {100 * d['t95'][1]:+.1f}]"
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value as tables print it (``-`` without a test)."""
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"

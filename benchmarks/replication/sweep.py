@@ -44,4 +44,7 @@ def run_sweep(method: Callable[..., dict], c: dict, default_seeds: dict[str, dic
             "seeds": runs, "summary": stats.summarize(runs, tasks),
             "paired": {t: {n: stats.paired_difference(runs, default_seeds, t, n)
                            for n in lengths} for t in tasks}}
+    # the sweep's differences are one Holm family (its own table)
+    stats.holm_family([d for r in record["runs"].values() for by_n in r["paired"].values()
+                       for d in by_n.values() if d])
     return record
