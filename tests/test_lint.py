@@ -22,9 +22,7 @@ def test_ruff_passes_on_the_tree():
 
 #: Files another change is rewriting now (the evaluation rooms, the replication study); they
 #: keep their issue numbers until it lands. The list only shrinks (a stale entry fails too).
-ISSUE_NUMBERS_NOT_YET_REMOVED = frozenset({
-    "tests/evaluation/test_eval_cli.py", "tests/test_replication_sweep.py",
-    "tests/test_mini_replication_smoke.py"})
+ISSUE_NUMBERS_NOT_YET_REMOVED: frozenset[str] = frozenset()
 
 
 def _issue_numbers(tops: tuple[str, ...], suffixes: tuple[str, ...]) -> dict[str, list[str]]:
@@ -55,10 +53,8 @@ def test_no_project_issue_numbers_in_the_package():
 
 def test_no_project_issue_numbers_in_tests_and_benchmarks():
     """Tests and benchmarks too: a test says which defect it guards, a benchmark which goal it
-    measures, in words (the replication study's folder is being rewritten by another change)."""
+    measures, in words."""
     found = _issue_numbers(("tests", "benchmarks"), (".py", ".md", ".sh"))
-    found = {f: lines for f, lines in found.items()
-             if not f.startswith("benchmarks/replication/")}
     new = {f: lines for f, lines in found.items() if f not in ISSUE_NUMBERS_NOT_YET_REMOVED}
     assert not new, "\n".join(f"{f}:{line}" for f, lines in new.items() for line in lines)
     stale = sorted(ISSUE_NUMBERS_NOT_YET_REMOVED - set(found))

@@ -178,7 +178,7 @@ def test_smoke_run_end_to_end(tmp_path):
     assert (tmp_path / "result.png").stat().st_size > 1000
 
 
-# -- issue 24: controls, held-out columns, paired differences --------------------------------
+# -- controls, held-out columns, paired differences -------------------------------------------
 
 
 def test_d0_is_d_with_contiguous_positions(run_tool, spm_args, tmp_path):

@@ -1,6 +1,6 @@
 """The b/w/s sweep of the mini-replication runs every variant on every seed of the main table
-and reports each variant's difference from the default paired by seed (issue 24, item 5: "the
-sweep over >= 3 seeds"); before, it ran seed 0 only, one run inside a seed-to-seed sd of ~10
+and reports each variant's difference from the default paired by seed (one run
+per seed was not enough); before, it ran seed 0 only, one run inside a seed-to-seed sd of ~10
 points."""
 
 from __future__ import annotations

@@ -10,12 +10,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The flags of ``mini_replication.py`` (overrides name a key of its ``SIZES``)."""
     p = argparse.ArgumentParser(description="Mini-replication of EndPrompt's claim on a CPU.")
     p.add_argument("--smoke", action="store_true", help="CI form: tiniest sizes, few iterations")
-    p.add_argument("--methods", default=None, help="comma list of a..h, d0, a1, g1p, g1n "
-                                                   "(default: all; --smoke: f, every layout checked)")
+    p.add_argument("--methods", default=None,
+                   help="comma list of a..h, d0, a1, g1p, g1n "
+                   "(default: all; --smoke: f, every layout checked)")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per method")
     p.add_argument("--sweep", action="store_true",
-                   help="also sweep b, w and s on the best placement, on every --seeds seed, paired "
-                   "with the main table's runs: second table")
+                   help="also sweep b, w and s on the best placement, on every --seeds seed, "
+                   "paired with the main table's runs: second table")
     p.add_argument("--workdir", default=None, help="default benchmarks/out/mini_replication_work"
                                                    " (_smoke); the base checkpoint is cached "
                                                    "there")

@@ -1,4 +1,4 @@
-"""Data of the mini-replication's controls (issue 24): rows that isolate the position jump.
+"""Data of the mini-replication's controls: rows that isolate the position jump.
 
 * ``d0`` **no jump**: (d)'s own sidecar — the same samples, tokens and loss weights — with every
   record's terminal start set to ``T = a``, so positions are contiguous ``0..P-1`` (still under
@@ -56,7 +56,7 @@ def prompt_context_length(c: dict, spm: str, prompt: str = "ep1") -> int:
 def _prompt_tokens(spm: str, prompt: str) -> int:
     """Tokens of a built-in prompt under ``spm`` (built once per model: every (g1n) run and
     the data table ask)."""
-    from megatron_endprompt.data.sidecar.prompts import PROMPT_SETS, tokenize_prompt
+    from megatron_endprompt.data.prepare.prompts import PROMPT_SETS, tokenize_prompt
     from megatron_endprompt.data.tokenize.tokenizer import TokenizerSpec, build_tokenizer
 
     tok = build_tokenizer(TokenizerSpec(tokenizer_type="GPTSentencePieceTokenizer",

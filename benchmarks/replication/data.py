@@ -4,13 +4,13 @@ a fact stated earlier, a tokenizer, and the training prefixes.
 Three kinds of document, each ending with the recall of a fact stated before it:
 
 * ``passkey``: the evaluator's landmark-attention passkey prompt
-  (:func:`megatron_endprompt.evaluation.passkey.passkey.passkey_prompt`: task line, repeated garbage,
-  the key line, garbage, question) with the answer appended: ``... The pass key is 123.``;
+  (:func:`megatron_endprompt.evaluation.passkey.passkey.passkey_prompt`: task line, repeated
+  garbage, the key line, garbage, question) with the answer appended: ``... The pass key is 123.``;
 * ``niah``: the evaluator's RULER ``niah_single_1`` prompt (noise haystack, ``adjective-noun``
   key, 7-digit value; RULER's singular template from
   :func:`megatron_endprompt.evaluation.ruler.niah.niah_template`) with the answer appended;
-* ``fact``: :func:`megatron_endprompt.data.prepare.synthetic.document` (the repo's own corpus: a fact at
-  the start, its recall at the end; varied sentences, which makes the held-out PPL mean
+* ``fact``: :func:`megatron_endprompt.data.prepare.synthetic.document` (the repo's own corpus: a
+  fact at the start, its recall at the end; varied sentences, which makes the held-out PPL mean
   something).
 
 Base-pretraining documents (``L0 / 4 .. L0`` tokens) put the fact at a uniform depth.
@@ -128,10 +128,10 @@ def write_docs(path: str, *, num_docs: int, min_tokens: int, max_tokens: int, se
 def make_tokenizer(workdir: str, *, vocab_size: int, num_docs: int = 600,
                    split_digits: bool = False) -> str:
     """A SentencePiece model (the repo's
-    :func:`~megatron_endprompt.data.prepare.synthetic.train_sentencepiece`) trained on a short sample of
-    every document kind; ``split_digits``: a digit per piece as in Llama-2's tokenizer, so a
-    key is copied digit for digit (with merged digit groups the base missed a key's last
-    group, issue 13)."""
+    :func:`~megatron_endprompt.data.prepare.synthetic.train_sentencepiece`) trained on a short
+    sample of every document kind; ``split_digits``: a digit per piece as in Llama-2's
+    tokenizer, so a key is copied digit for digit (with merged digit groups the base missed a
+    key's last group)."""
     rough = lambda text: max(1, len(text) // 3)  # noqa: E731 - characters per token, roughly
     sample = write_docs(os.path.join(workdir, "tokenizer_corpus.jsonl"), num_docs=num_docs,
                         min_tokens=60, max_tokens=300, seed=7, count=rough, fact_span=None)

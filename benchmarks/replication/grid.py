@@ -1,4 +1,4 @@
-"""The length grid of the mini-replication (issue 24, item 4): one results JSON per target
+"""The length grid of the mini-replication: one results JSON per target
 length ``L`` (``--length-grid``, or the main table's own JSON at its ``L``) merged into the
 "extension length x method" table the paper does not have, and its figure. Only the JSONs
 are read, so the committed results re-render it::

@@ -62,7 +62,7 @@ def build(rep, m: str, tag: str, seed: int, *, terminal: int, w: float) -> dict:
 def check(m: str, kw: dict, c: dict, *, terminal: int, w: float) -> str:
     """Refuse data that is not method ``m``'s layout (one ``error:`` line); returns a summary."""
     from megatron_endprompt.data.sidecar.indexed_io import IndexReader
-    from megatron_endprompt.data.sidecar.prompts import PROMPT_SETS
+    from megatron_endprompt.data.prepare.prompts import PROMPT_SETS
     from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
     from megatron_endprompt.data.sidecar.sidecar_checks import check_records
     from megatron_endprompt.layout import positions_from_record

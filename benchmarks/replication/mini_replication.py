@@ -183,7 +183,8 @@ class Replication:
         lo = c["ft_min"] or self.P
         data.write_docs(self.path("ft.jsonl"), num_docs=n, min_tokens=lo,
                         max_tokens=self.L - 1, seed=12, count=count, fact_span=c["fact_span"])
-        data.write_plain_prefix(self.path("ft.jsonl"), self.path("ft_plain"), self.spm, pad_to=self.L)
+        data.write_plain_prefix(self.path("ft.jsonl"), self.path("ft_plain"), self.spm,
+                                pad_to=self.L)
         data.write_docs(self.path("ppl.jsonl"), num_docs=c["ppl_docs"], min_tokens=self.L + 64,
                         max_tokens=self.L + 64, seed=13, count=count, fact_span=None,
                         kinds=("fact",), probs=(1.0,))

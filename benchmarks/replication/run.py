@@ -26,7 +26,7 @@ from megatron_endprompt.errors import run_cli
 
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\): ([0-9.]+)")
 EVAL_TASKS = ("niah_single_1", "passkey")
-#: RULER tasks no fine-tuning document contains (issue 24): tables mark them held-out. (``vt``
+#: RULER tasks no fine-tuning document contains: tables mark them held-out. (``vt``
 #: does not fit: its smallest prompt + 30 generated tokens is 881 tokens here, over L = 640.)
 HELD_OUT_TASKS = ("niah_multikey_2", "niah_multivalue", "niah_multiquery")
 PASSKEY_DEPTHS = "0,0.25,0.5,0.75,1"

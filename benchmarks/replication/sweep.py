@@ -1,4 +1,4 @@
-"""The b/w/s sweep of the mini-replication (issue 24, item 5): each variant of the best
+"""The b/w/s sweep of the mini-replication: each variant of the best
 placement is fine-tuned on the same seeds as the main table, so every variant's difference
 from the default is paired by seed (the evaluation prompts are shared per seed) and carries a
 Student-t interval once there are >= 2 seeds.

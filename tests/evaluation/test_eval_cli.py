@@ -240,7 +240,7 @@ def test_legacy_prompts_and_stream_ppl_by_name(tiny_model_dir, ppl_jsonl, tmp_pa
 
 
 def _refusals(tiny_model_dir, tmp_path):
-    """(extra argv, expected text) of inputs refused before any work (issue 27)."""
+    """(extra argv, expected text) of inputs refused before any work."""
     no_tok = tmp_path / "no_tokenizer"
     shutil.copytree(tiny_model_dir, no_tok)
     for name in os.listdir(no_tok):
