@@ -13,8 +13,8 @@ from benchmarks.replication import extension_eval
 from benchmarks.replication import extension_report
 from benchmarks.replication import extension_text
 from benchmarks.replication import extension_train
-from megatron_endprompt.evaluation import passkey as PK
-from megatron_endprompt.evaluation.prompt import TextTokens
+from megatron_endprompt.evaluation.passkey import passkey as PK
+from megatron_endprompt.evaluation.core.prompt import TextTokens
 
 
 @pytest.fixture(scope="module")

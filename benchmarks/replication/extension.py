@@ -194,7 +194,7 @@ class Extension:
     def exports(self) -> None:
         """The base exported twice: its own window (``s = 1``) and with PI ``s`` (the PI-only
         row and every fine-tuning's start); the prompts built once (one tokenizer)."""
-        from megatron_endprompt.evaluation.prompt import TextTokens
+        from megatron_endprompt.evaluation.core.prompt import TextTokens
 
         for tag, target in (("base_s1", None), ("base_pi", self.L)):
             run.convert(self.base_ckpt, self.path(f"hf_{tag}"), target=target,

@@ -19,12 +19,12 @@ import random
 import time
 from dataclasses import dataclass
 
-from megatron_endprompt.evaluation import passkey as PK
-from megatron_endprompt.evaluation import runner
-from megatron_endprompt.evaluation.prompt import PromptSample, TextTokens
-from megatron_endprompt.evaluation.ruler_niah import niah_template
-from megatron_endprompt.evaluation.ruler_sources import random_value
-from megatron_endprompt.evaluation.ruler_spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
+from megatron_endprompt.evaluation.passkey import passkey as PK
+from megatron_endprompt.evaluation.core import runner
+from megatron_endprompt.evaluation.core.prompt import PromptSample, TextTokens
+from megatron_endprompt.evaluation.ruler.niah import niah_template
+from megatron_endprompt.evaluation.ruler.sources import random_value
+from megatron_endprompt.evaluation.ruler.spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
 
 #: A prompt plus its generation budget falls short of its stated length by at most this share.
 FILL_TOLERANCE = 0.02

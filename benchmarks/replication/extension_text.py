@@ -25,9 +25,9 @@ import numpy as np
 from benchmarks.replication import data
 from megatron_endprompt.data.prepare import synthetic
 from megatron_endprompt.disk import atomic_path
-from megatron_endprompt.evaluation import passkey as PK
-from megatron_endprompt.evaluation.ruler_sources import random_value
-from megatron_endprompt.evaluation.ruler_spec import NOISE_HAYSTACK
+from megatron_endprompt.evaluation.passkey import passkey as PK
+from megatron_endprompt.evaluation.ruler.sources import random_value
+from megatron_endprompt.evaluation.ruler.spec import NOISE_HAYSTACK
 
 Count = Callable[[str], int]
 
