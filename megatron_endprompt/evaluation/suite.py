@@ -104,6 +104,9 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
     tokenizer = runner.load_tokenizer(cfg.hf_dir)
     chat.check_setting(cfg.chat_template, cfg.hf_dir, tokenizer, log)
     rows = task_table.rows_of(cfg.tasks)
+    base_tasks = [row.name for row in rows] if cfg.chat_template == "model" else []
+    if base_tasks:
+        log(chat.base_tasks_note(base_tasks))
     ctx = _load_resources(rows, TaskContext(cfg=cfg, tokens=TextTokens(tokenizer)))
     haystack = ctx.resources.get(ESSAY_HAYSTACK.name)  # the reports name it
     docs = texts = None
@@ -137,7 +140,7 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
         "hf_dir": cfg.hf_dir, "tasks": cfg.tasks, "lengths": cfg.lengths, "depths": cfg.depths,
         "samples": cfg.samples, "seed": cfg.seed, "device": cfg.device, "dtype": cfg.dtype,
         "batch_size": cfg.batch_size, "bench_limit": cfg.bench_limit,
-        "chat_template": cfg.chat_template,
+        "chat_template": cfg.chat_template, "chat_template_base_tasks": base_tasks,
         "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}
     if haystack is not None:
         results["meta"]["haystack"] = {"source": haystack.source,

@@ -22,7 +22,7 @@ from typing import Any
 
 from megatron_endprompt.errors import UserError
 
-__all__ = ["MODES", "has_chat_template", "chat_ids", "warning",
+__all__ = ["MODES", "has_chat_template", "chat_ids", "warning", "base_tasks_note",
            "check_setting"]
 
 MODES = ("none", "model")
@@ -46,6 +46,15 @@ def warning(hf_dir: str) -> str:
     return (f"warning: the tokenizer in {hf_dir} ships a chat template (an instruct model?); "
             "prompts go in without it (--chat-template none); give --chat-template model to "
             "wrap LongBench, short-text and lm-eval prompts in it")
+
+
+def base_tasks_note(tasks: list[str]) -> str:
+    """The one line printed when ``--chat-template model`` meets tasks whose prompts stay base
+    (every row of the task table: RULER, passkey, the legacy prompts), so a table of an
+    instruct model does not read as if every prompt had been wrapped."""
+    return (f"note: --chat-template model wraps LongBench, short-text and lm-eval prompts; "
+            f"{', '.join(tasks)} stay base (RULER's base template, as for the paper's base "
+            "models)")
 
 
 def check_setting(mode: str, hf_dir: str, tokenizer: Any, log: Callable[[str], None]) -> None:

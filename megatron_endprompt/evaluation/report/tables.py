@@ -206,6 +206,10 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"{meta['dtype']} on {meta['device']}.")
     if "ppl" in results:
         note += " " + ppl_note(results["ppl"])
+    if meta.get("chat_template_base_tasks"):
+        note += (" Under --chat-template model, "
+                 + ", ".join(meta["chat_template_base_tasks"])
+                 + " prompts stay base (no chat template).")
     if meta.get("haystack"):
         h = meta["haystack"]
         note += (f" Essay haystack: {h['source']}"

@@ -87,3 +87,26 @@ def test_chat_template_recorded(tiny_model_dir, tmp_path, run_tool):
     assert "ships a chat template" in err
     meta = json.loads((tmp_path / "r.json").read_text())["meta"]
     assert meta["chat_template"] == "none" and meta["tokenizer_chat_template"] is True
+
+
+def test_chat_template_on_tasks_that_stay_base_says_so(tiny_model_dir, tmp_path, run_tool):
+    """``--chat-template model`` with RULER / passkey tasks: those prompts stay base (RULER's
+    base template). The run says so in one line, the JSON lists them and the markdown note names
+    them, so an instruct model's table does not read as if every prompt had been wrapped (before,
+    the flag did nothing for them without a word)."""
+    model_dir = tmp_path / "chat_model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    tok = runner.load_tokenizer(str(model_dir))
+    tok.chat_template = LLAMA2_RULE
+    tok.save_pretrained(model_dir)
+    rc, _, err = run_tool(eval_cli.main, [
+        "--hf-dir", model_dir, "--tasks", "niah_single_1,passkey", "--lengths", "512",
+        "--samples", "1", "--num-depths", "1", "--chat-template", "model",
+        "--output", tmp_path / "r.json", "--no-progress"])
+    assert rc == 0, err
+    notes = [line for line in err.splitlines() if "stay base" in line]
+    assert notes == [chat.base_tasks_note(["niah_single_1", "passkey"])], err
+    meta = json.loads((tmp_path / "r.json").read_text())["meta"]
+    assert meta["chat_template_base_tasks"] == ["niah_single_1", "passkey"]
+    md = (tmp_path / "r.md").read_text()
+    assert "niah_single_1, passkey prompts stay base" in md
