@@ -144,7 +144,8 @@ def run_eval(cfg: EvalConfig, *, log: Callable[[str], None] | None = None) -> di
         "tokenizer_chat_template": bool(getattr(tokenizer, "chat_template", None)), **meta}}
     if haystack is not None:
         results["meta"]["haystack"] = {"source": haystack.source,
-                                       "substitute": haystack.substitute}
+                                       "substitute": haystack.substitute,
+                                       "chars": haystack.chars, "sha256": haystack.sha256}
     prompts_file = open(cfg.save_prompts, "w", encoding="utf-8") if cfg.save_prompts else None
     records: list[dict[str, Any]] = []
     try:

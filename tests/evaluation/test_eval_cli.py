@@ -57,6 +57,7 @@ def test_end_to_end_outputs(first_run, tiny_model_dir):
                                                   "niah_multikey_1", "niah_multivalue",
                                                   "niah_multiquery"]
     assert results["meta"]["haystack"]["substitute"] is True
+    assert len(results["meta"]["haystack"]["sha256"]) == 64  # the content, not only the name
     scores = [results["tasks"][t]["scores"]["2048"] for t in SYNTHETIC_TASKS]
     assert ruler["average"]["2048"] == pytest.approx(sum(scores) / len(scores), abs=0.01)
     md = open(base + ".md").read()

@@ -213,6 +213,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     if meta.get("haystack"):
         h = meta["haystack"]
         note += (f" Essay haystack: {h['source']}"
+                 + (f" ({h['chars']:,} characters, sha256 {h['sha256'][:16]}...)"
+                    if h.get("sha256") else "")
                  + (" (substitute for RULER's Paul Graham essays)." if h["substitute"] else "."))
     metrics = metrics_markdown(results)
     return ("\n".join(rows) + "\n" + (f"\n{metrics}" if metrics else "") + note + "\n"

@@ -19,6 +19,7 @@ RULER splits the essay into sentences with NLTK's punkt model (a download); we s
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import random
@@ -86,8 +87,17 @@ class Haystack:
     essay).split(' ')``), and where it came from."""
 
     words: tuple[str, ...]
+    """The text's words, as RULER splits them."""
     source: str
+    """``builtin:...`` or the file's absolute path."""
     substitute: bool
+    """True unless the file is named as RULER's ``PaulGrahamEssays.json``: by name only, since
+    no reference copy of RULER's downloaded essays is at hand to compare content with."""
+    chars: int = 0
+    """Characters of the haystack text (what ``sha256`` covers)."""
+    sha256: str = ""
+    """SHA-256 of the haystack text (UTF-8), recorded so a reader can hold a run's haystack
+    against RULER's own ``PaulGrahamEssays.json`` (or another run's) by content."""
 
 
 def load_haystack(path: str | None = None) -> Haystack:
@@ -97,7 +107,7 @@ def load_haystack(path: str | None = None) -> Haystack:
         with gzip.open(BUILTIN_HAYSTACK, "rt", encoding="utf-8") as f:
             text = f.read()
         return Haystack(words=_words(text), source="builtin:shakespeare (public domain)",
-                        substitute=True)
+                        substitute=True, **_identity(text))
     if not os.path.isfile(path):
         raise UserError(f"--haystack {path}: no such file; give a .txt file or RULER's "
                         "PaulGrahamEssays.json")
@@ -121,7 +131,12 @@ def load_haystack(path: str | None = None) -> Haystack:
         raise UserError(f"--haystack {path}: {len(words)} words; give a text of at least 100 "
                         "words")
     is_pg = os.path.basename(path) == "PaulGrahamEssays.json"
-    return Haystack(words=words, source=os.path.abspath(path), substitute=not is_pg)
+    return Haystack(words=words, source=os.path.abspath(path), substitute=not is_pg,
+                    **_identity(text))
+
+
+def _identity(text: str) -> dict[str, object]:
+    return {"chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
 def _words(text: str) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ and fills it to within one haystack step; a perfect reader scores 100."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -220,3 +221,22 @@ def test_haystack_sources(tmp_path):
     adj, noun = ruler_sources.random_value(rng, "words").split("-", 1)
     words = ruler_sources.wonder_words()
     assert adj in words["adjs"] and noun in words["nouns"]
+
+
+def test_haystack_content_identity_is_recorded(tmp_path):
+    """A haystack is identified by its content as well as its name: its characters and the
+    SHA-256 of its text go into the results, so a file that is only *named*
+    PaulGrahamEssays.json can be told from RULER's own by anyone holding that file."""
+    import hashlib
+
+    text = "An essay sentence here. " * 50
+    pg = tmp_path / "PaulGrahamEssays.json"
+    pg.write_text(json.dumps({"text": text}), encoding="utf-8")
+    got = ruler_sources.load_haystack(str(pg))
+    assert got.chars == len(text)
+    assert got.sha256 == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    other = tmp_path / "other" / "PaulGrahamEssays.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps({"text": text.replace("essay", "story")}), encoding="utf-8")
+    assert ruler_sources.load_haystack(str(other)).sha256 != got.sha256
+    assert ruler_sources.load_haystack().sha256  # the shipped substitute too
