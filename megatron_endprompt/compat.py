@@ -62,3 +62,18 @@ def build_document_index(documents, num_epochs: int, seed: int, separate_final_e
     return _build_document_index(
         documents, num_epochs, numpy.random.RandomState(seed), separate_final_epoch
     )
+
+
+def swiglu_sharded_factory(sh_ten: Any, sharded_offsets: Any, singleton_local_shards: bool, *,
+                           tp_group: Any, dp_group: Any) -> Any:
+    """Megatron's SwiGLU sharded factory (``mlp.apply_swiglu_sharded_factory``: a ``fc1``-like
+    tensor saved as ``cat(gate, up)``). 0.19 takes the tensor- and data-parallel groups; 0.18
+    reads them from ``parallel_state`` (the same groups in a run ``initialize_megatron`` built)."""
+    import inspect
+
+    from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
+
+    accepted = inspect.signature(apply_swiglu_sharded_factory).parameters
+    groups = {name: group for name, group in (("tp_group", tp_group), ("dp_group", dp_group))
+              if name in accepted}
+    return apply_swiglu_sharded_factory(sh_ten, sharded_offsets, singleton_local_shards, **groups)

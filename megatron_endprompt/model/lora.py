@@ -44,9 +44,9 @@ from megatron.core.tensor_parallel.mappings import (
     reduce_from_tensor_model_parallel_region,
     reduce_scatter_to_sequence_parallel_region,
 )
-from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
 from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
 
+from megatron_endprompt.compat import swiglu_sharded_factory
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model.lora_settings import LORA_TARGETS, LoraSettings
 
@@ -215,7 +215,7 @@ class LoraLinear(torch.nn.Module):
                 tp_group=self.tp_group, dp_cp_group=dp_group)
             if self.swiglu:
                 key = f"{prefix}lora_b"
-                adapters[key] = apply_swiglu_sharded_factory(
+                adapters[key] = swiglu_sharded_factory(
                     adapters[key], sharded_offsets,
                     (metadata or {}).get("singleton_local_shards", False),
                     tp_group=self.tp_group, dp_group=dp_group)
