@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+from benchmarks.evaluation.import_map import circles
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -148,35 +150,11 @@ def import_graph(root: str) -> dict[str, set[str]]:
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (each holds a cycle)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles = []
-
-    def connect(v: str) -> None:  # Tarjan's algorithm
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                connect(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            connect(v)
-    return cycles
+    """The strongly connected components of more than one module (each holds a cycle): the
+    import map's Tarjan (``benchmarks/evaluation/import_map.py``), one implementation."""
+    edges = {(v, w) for v, targets in graph.items() for w in targets}
+    nodes = sorted(set(graph) | {w for _, w in edges})
+    return sorted(circles(edges, nodes))
 
 
 def _heavy_at_start_up(root: str) -> dict[str, frozenset[str]]:

@@ -76,7 +76,7 @@ def arrows(modules: dict[str, str]) -> set[tuple[str, str]]:
     return out
 
 
-def _circles(edges: set[tuple[str, str]], nodes: list[str]) -> list[list[str]]:
+def circles(edges: set[tuple[str, str]], nodes: list[str]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     graph: dict[str, list[str]] = {n: [] for n in nodes}
     for a, b in edges:
@@ -154,8 +154,8 @@ def house_map(root: str) -> dict[str, Any]:
                     if room(a) != room(b) and room(a).startswith(room(b) + os.sep)
                     and not modules[b].endswith("__init__.py"))
     return {"root": root, "files": len(files), "rooms": len(rooms), "floors": _floors(edges, nodes),
-            "arrows": len(edges), "circles": _circles(edges, nodes), "upward": upward,
-            "room_arrows": len(room_edges), "room_circles": _circles(room_edges, rooms)}
+            "arrows": len(edges), "circles": circles(edges, nodes), "upward": upward,
+            "room_arrows": len(room_edges), "room_circles": circles(room_edges, rooms)}
 
 
 def main(argv: list[str] | None = None) -> int:
