@@ -155,6 +155,13 @@ class EndPromptWindow:
             object.__setattr__(self, "pi_factor", resolve_pi_factor(self.pi_factor, None,
                                                                     flags=f))
 
+    @property
+    def positions_fit(self) -> bool:
+        """Whether linear PI keeps every position inside the original window: ``s * L0 >= L``
+        (``L / s <= L0``). The trainer accepts a smaller ``s``; the launcher and the export
+        refuse it, both through this one rule."""
+        return self.pi_factor * self.original_length >= self.target_length
+
     def banner(self) -> str:
         """One start-up line: ``L``, ``L0`` (and where it came from), ``s``."""
         source = f" ({self.original_length_from})" if self.original_length_from else ""

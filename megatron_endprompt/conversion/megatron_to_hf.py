@@ -104,7 +104,7 @@ def resolve_window(args: Any, original_window: int, target_length: int | None,
                                                                        None))
     linear = (getattr(args, "endprompt_rope_scaling", None) or "linear") == "linear"
     # the run's own (L, s) is what the model was trained as; YaRN is held to s = L/L0 later
-    if linear and s * L0 < L and (L, s) != run:
+    if linear and not window.positions_fit and (L, s) != run:
         need = EndPromptWindow(target_length=L, original_length=L0, flags=EXPORT_FLAGS)
         s_text = f"--pi-factor {s:g}" if pi_factor is not None else f"the run's s={s:g}"
         L_text = f"--target-length {L}" if target_length is not None else f"the run's L={L}"

@@ -307,11 +307,11 @@ def check_launch(env: Mapping[str, str],
     except ValueError:
         raise UserError(f"PI_FACTOR={s_text!r} is not a number; unset it for ceil(L/L0)") from None
     try:
-        EndPromptWindow(target_length=L, seq_length=P, original_length=L0, pi_factor=s,
-                        flags=LAUNCH_FLAGS)
+        window = EndPromptWindow(target_length=L, seq_length=P, original_length=L0,
+                                 pi_factor=s, flags=LAUNCH_FLAGS)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if s * L0 < L:
+    if not window.positions_fit:
         raise UserError(f"PI_FACTOR={s_text} with TARGET_LENGTH={L}: positions reach "
                         f"L/s = {L / s:g} > ORIGINAL_LENGTH={L0}; set PI_FACTOR={need} "
                         "(ceil(L/L0)) or unset it")
