@@ -126,12 +126,16 @@ class LoraLinear(torch.nn.Module):
         self.tp_group = getattr(base, "tp_group", None) or \
             parallel_state.get_tensor_model_parallel_group(check_initialized=False)
         self.sequence_parallel = bool(getattr(base, "sequence_parallel", False))
-        # TE's LayerNormLinear fuses the input norm: ask it for the normalised input (gathered
-        # over the sequence), which is what W and the adapter both see.
+        # TE's LayerNormLinear fuses the input norm: ask it for the normalised input, which is
+        # what W and the adapter both see. Its rank-local copy ([S/tp] under sequence
+        # parallelism), not the gathered one: TE adds the gradient of the local copy to its
+        # input gradient *after* its own TP reduction, so the adapter's path must be complete
+        # there, as on the local spec; the gathered copy's gradient is summed over TP before
+        # the reduce-scatter in some TE versions and dropped in others.
         self.layernorm_output = hasattr(base, "return_layernorm_output")
         if self.layernorm_output:
             base.return_layernorm_output = True
-            base.return_layernorm_output_gathered = True
+            base.return_layernorm_output_gathered = False
         tp_rank, tp_size = _group_rank_size(self.tp_group)
         weight = base.weight
         out_local, in_local = weight.shape
@@ -169,22 +173,21 @@ class LoraLinear(torch.nn.Module):
         base's."""
         self.checkpointing.training_started()  # loading is over
         result = self.base(x, *args, **kwargs)
-        lora_x, seq_split = x, self.sequence_parallel
+        lora_x = x
         if self.layernorm_output:  # TE: (out, ln_out) inside, or (out, bias, ln_out)
             if getattr(self.base, "te_return_bias", False):
                 out, bias, lora_x = result
             else:
                 (out, lora_x), bias = result
-            seq_split = False  # gathered by TE
         else:
             out, bias = result
-        return out + self._delta(lora_x, seq_split).to(out.dtype), bias
+        return out + self._delta(lora_x, self.sequence_parallel).to(out.dtype), bias
 
     def _delta(self, x: torch.Tensor, seq_split: bool) -> torch.Tensor:
         """``(alpha/r) B A dropout(x)``, laid out like the base's output."""
         if self.dropout is not None and self.training:
-            if self.kind == "row":  # each TP rank's input columns: a mask of its own
-                with tensor_parallel.get_cuda_rng_tracker().fork():
+            if self.kind == "row" or seq_split:  # each TP rank's own columns or sequence
+                with tensor_parallel.get_cuda_rng_tracker().fork():  # chunk: a mask of its own
                     x = self.dropout(x)
             else:  # replicated input: the same mask on every TP rank (default generator)
                 x = self.dropout(x)

@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+from torch.autograd.function import BackwardCFunction
 from torch.overrides import TorchFunctionMode
 
 from megatron_endprompt.runtime.ledger import Ledger
@@ -99,6 +100,26 @@ def patch_thread_start(ledger: Ledger) -> None:
         _ORIGINAL_THREAD_START(self)
 
     _put(ledger, threading.Thread, "start", start)
+
+
+def patch_custom_backward(ledger: Ledger) -> None:
+    """Push the device mode around every custom autograd function's backward too.
+
+    The autograd engine runs a ``torch.autograd.Function``'s ``backward`` with the calling
+    thread's torch function modes cleared, so Megatron's backward passes that allocate on
+    ``torch.cuda.current_device()`` (the sequence-parallel gather and reduce-scatter, the
+    linear layers' input all-gather) would otherwise fail on a CPU.
+    """
+    for name in ("apply", "apply_boxed"):
+        original = getattr(BackwardCFunction, name)
+
+        def run_with_cpu_mode(self: Any, *args: Any, _original: Callable = original) -> Any:
+            with _MODE:
+                return _original(self, *args)
+
+        run_with_cpu_mode.__doc__ = (f"BackwardCFunction.{name} under the CPU device mode "
+                                     f"(megatron_endprompt.runtime).")
+        _put(ledger, BackwardCFunction, name, run_with_cpu_mode)
 
 
 def patch_tensor_cuda(ledger: Ledger) -> None:
@@ -333,4 +354,5 @@ def install_torch_patches(ledger: Ledger) -> None:
     patch_torch_cuda(ledger)
     patch_cuda_rng(ledger)
     patch_thread_start(ledger)
+    patch_custom_backward(ledger)
     push_device_mode_in_this_thread(ledger)

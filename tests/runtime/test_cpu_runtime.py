@@ -93,6 +93,19 @@ def test_install_patches_once_and_rewrites_devices() -> None:
         worker.start(); worker.join()
         assert seen == [torch.device("cpu")]
 
+        class Doubled(torch.autograd.Function):  # autograd runs backward with no modes
+            @staticmethod
+            def forward(ctx, x):
+                return 2 * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                return 2 * grad + torch.zeros(3, device=torch.cuda.current_device())
+
+        leaf = torch.ones(3, requires_grad=True)
+        Doubled.apply(leaf).sum().backward()
+        assert leaf.grad.tolist() == [2.0, 2.0, 2.0]
+
         names = ["set_device", "synchronize", "empty_cache", "reset_peak_memory_stats",
                  "memory_allocated", "max_memory_allocated", "device_count",
                  "current_device", "get_rng_state", "set_rng_state", "manual_seed",

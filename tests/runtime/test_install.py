@@ -78,12 +78,14 @@ def test_uninstall_restores_every_original() -> None:
         import megatron.training.training as mt_training
         from megatron.core.models.backends import LocalSpecProvider
         from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+        from torch.autograd.function import BackwardCFunction
         from torch.overrides import _get_current_function_mode_stack
 
         def snapshot():
             return {
                 "cuda": {n: getattr(torch.cuda, n) for n in dir(torch.cuda)},
-                "tensor": (torch.Tensor.cuda, torch.Tensor.type, threading.Thread.start),
+                "tensor": (torch.Tensor.cuda, torch.Tensor.type, threading.Thread.start,
+                           BackwardCFunction.apply, BackwardCFunction.apply_boxed),
                 "megatron": (ds_utils.compile_helpers, mp_random._get_cuda_rng_state,
                              mt_training.train, mt_training.load_checkpoint,
                              mt_training.initialize_megatron,
