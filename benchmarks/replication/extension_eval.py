@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from megatron_endprompt.evaluation.passkey import passkey as PK
 from megatron_endprompt.evaluation.core import runner
 from megatron_endprompt.evaluation.core.prompt import PromptSample, TextTokens
+from megatron_endprompt.evaluation.perplexity import windows as perplexity
 from megatron_endprompt.evaluation.ruler.niah import niah_template
 from megatron_endprompt.evaluation.ruler.sources import random_value
 from megatron_endprompt.evaluation.ruler.spec import NIAH_NEEDLE, NOISE_HAYSTACK, RULER_TASKS
@@ -128,3 +129,19 @@ def evaluate(model, tok, samples: list[PromptSample], plan: EvalPlan) -> dict:
         k, m = counts.setdefault(r["task"], {}).get(str(r["length"]), (0.0, 0))
         counts[r["task"]][str(r["length"])] = [k + float(r["score"] or 0.0), m + 1]
     return {"counts": counts, "eval_s": round(time.time() - t0, 1)}
+
+
+def heldout_ppl(model, tok, path: str, *, lengths: tuple[int, ...], stride: int,
+                doc_tokens: int) -> dict:
+    """Perplexity of an HF causal LM on the held-out documents of ``path`` (JSONL), per length,
+    with the evaluator's per-document protocol (``perplexity.run_doc_perplexity``: BOS first,
+    windows of ``length`` tokens every ``stride``, each token scored once with the window
+    before it as context): every document cut to ``doc_tokens`` tokens, so each length scores
+    the same tokens. ``{length: {"ppl", "nll", "tokens", "windows", "docs", ...}}``."""
+    docs = perplexity.tokenize_documents(tok, perplexity.load_documents(path),
+                                         max_tokens=doc_tokens)
+    short = [len(d) for d in docs if len(d) < doc_tokens]
+    if short:
+        raise ValueError(f"{path}: {len(short)} document(s) shorter than {doc_tokens} tokens")
+    return {str(n): perplexity.run_doc_perplexity(model, docs, length=n, stride=stride)
+            for n in lengths}

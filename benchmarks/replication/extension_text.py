@@ -222,3 +222,57 @@ def write_tokenizer_corpus(path: str, *, corpus: str, num_docs: int) -> str:
         for i in range(0, min(len(ft), num_docs), 4):
             f.write(json.dumps({"text": "\n\n".join(ft[i:i + 4])}) + "\n")
     return path
+
+
+def consumed_speeches(corpus: str, fine_tuning: str) -> int:
+    """How many speeches of the corpus' fine-tuning share :func:`write_natural_docs` read into
+    ``fine_tuning``: the index after the last speech it holds (it reads them in order, skipping
+    the one that overflows a document and cutting one longer than a document to its first
+    words). Refuses (one ``error:`` line) a file whose speeches are not the share's in order:
+    one written from another corpus, or one that wrapped around the share (nothing held out)."""
+    _, pool = split_speeches(corpus)
+    j = 0
+    with open(fine_tuning, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            doc = json.loads(line)
+            if doc.get("kind") != "shakespeare":
+                continue
+            for part in doc["text"].split("\n\n"):
+                while j < len(pool) and not (pool[j] == part or pool[j].startswith(part)):
+                    j += 1
+                if j == len(pool):
+                    raise SystemExit(f"error: {fine_tuning}:{n}: its speeches are not the "
+                                     f"fine-tuning share of {corpus} in order (or they wrap "
+                                     "around it: nothing held out); rewrite it or lower "
+                                     "--ft-iters")
+                j += 1
+    return j
+
+
+def write_heldout_docs(path: str, *, corpus: str, fine_tuning: str, num_docs: int,
+                       min_tokens: int, count: Count) -> dict:
+    """Held-out natural text for perplexity: the speeches of the corpus' fine-tuning share (so
+    the base never read them either) after the last one the fine-tuning JSONL ``fine_tuning``
+    holds (:func:`consumed_speeches`), consecutive speeches joined until a document has
+    ``min_tokens`` tokens; ``num_docs`` documents, or one ``error:`` line. Returns ``{"docs",
+    "first_speech", "speeches"}`` (indices into the fine-tuning share)."""
+    _, pool = split_speeches(corpus)
+    first = consumed_speeches(corpus, fine_tuning)
+    docs: list[str] = []
+    parts: list[str] = []
+    for speech in pool[first:]:
+        if len(docs) == num_docs:
+            break
+        parts.append(speech)
+        if count("\n\n".join(parts)) >= min_tokens:
+            docs.append("\n\n".join(parts))
+            parts = []
+    if len(docs) < num_docs:
+        raise SystemExit(f"error: {corpus}: {len(docs)} held-out documents of {min_tokens} "
+                         f"tokens after the fine-tuning text, not {num_docs}; lower "
+                         "--ppl-docs or --ft-iters")
+    with atomic_path(path, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d, "kind": "shakespeare"}) + "\n")
+    taken = sum(d.count("\n\n") + 1 for d in docs)
+    return {"docs": len(docs), "first_speech": first, "speeches": taken}
