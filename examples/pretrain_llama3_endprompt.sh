@@ -97,7 +97,7 @@ Parallelism and launch (torchrun)
 
 Optimisation
   MICRO_BATCH (1)  GLOBAL_BATCH (128)  TRAIN_ITERS (950, ~1B tokens)  LR (2e-5)
-  WARMUP_ITERS (20)
+  WARMUP_ITERS (20, below TRAIN_ITERS)
 
 LoRA (unset LORA_RANK: full fine-tuning)
   LORA_RANK           adapters of this rank on the linears; the base is frozen

@@ -47,7 +47,7 @@ from megatron_endprompt.data.sidecar.sidecar import (
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model_record import ModelRecord, read_model_record
 from megatron_endprompt.training.checks import check_transformer_impl
-from megatron_endprompt.training.launch_resume import check_resume_schedule
+from megatron_endprompt.training.launch_resume import check_resume_schedule, check_warmup
 from megatron_endprompt.window import LAUNCH_FLAGS, EndPromptWindow
 
 __all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents",
@@ -348,6 +348,7 @@ def check_launch(env: Mapping[str, str],
         seq_par = "1" if tp > 1 and te else "0"
     if seq_par == "1" and tp == 1:
         seq_par = "0"  # Megatron ignores it at TP=1 (and warns)
+    check_warmup(env, list(extra or []))
     check_resume_schedule(env, list(extra or []))
     impl, why = transformer_impl(list(extra or []))
     derived = {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par, "TRANSFORMER_IMPL": impl,
