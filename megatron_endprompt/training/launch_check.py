@@ -47,7 +47,7 @@ from megatron_endprompt.data.sidecar.sidecar import (
 from megatron_endprompt.errors import UserError
 from megatron_endprompt.model_record import ModelRecord, read_model_record
 from megatron_endprompt.training.checks import check_transformer_impl
-from megatron_endprompt.training.launch_resume import check_resume_schedule, check_warmup
+from megatron_endprompt.training.launch_resume import check_resume_schedule
 from megatron_endprompt.window import LAUNCH_FLAGS, EndPromptWindow
 
 __all__ = ["LLAMA3_8B_HEADS", "LLAMA3_8B_LAYERS", "check_launch", "split_documents",
@@ -78,6 +78,19 @@ def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
     if value < minimum:
         raise UserError(f"{name}={value} must be >= {minimum}")
     return value
+
+
+def _stop_poll(text: str | None) -> None:
+    """``STOP_POLL_SECONDS``: ``sleep``'s argument between checks after a stop request, a
+    number of seconds > 0 (a bad one would make every check fail only once a stop comes)."""
+    if text is None:
+        return
+    try:
+        ok = math.isfinite(float(text)) and float(text) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"STOP_POLL_SECONDS={text!r}: give seconds > 0, e.g. 2 or 0.5")
 
 
 def _placeholder(value: str) -> bool:
@@ -265,6 +278,10 @@ def check_launch(env: Mapping[str, str],
     layers = record.layers if record else LLAMA3_8B_LAYERS
     v = {name: _int(env, name, 1) for name in _POSITIVE}
     v.update({name: _int(env, name, 0) for name in _NON_NEGATIVE})
+    for name in ("STOP_GRACE", "SHUTDOWN_TIMEOUT"):  # bash's arithmetic after a stop
+        if name in env:
+            _int(env, name, 0)
+    _stop_poll(env.get("STOP_POLL_SECONDS"))
     tp, pp, cp = v["TP"], v["PP"], v["CP"]
     lr = env.get("LR", "2e-5")  # the script always passes it
     try:
@@ -348,7 +365,6 @@ def check_launch(env: Mapping[str, str],
         seq_par = "1" if tp > 1 and te else "0"
     if seq_par == "1" and tp == 1:
         seq_par = "0"  # Megatron ignores it at TP=1 (and warns)
-    check_warmup(env, list(extra or []))
     check_resume_schedule(env, list(extra or []))
     impl, why = transformer_impl(list(extra or []))
     derived = {"PI_FACTOR": f"{s:g}", "SEQUENCE_PARALLEL": seq_par, "TRANSFORMER_IMPL": impl,
