@@ -97,7 +97,7 @@ Parallelism and launch (torchrun)
 
 Optimisation
   MICRO_BATCH (1)  GLOBAL_BATCH (128)  TRAIN_ITERS (950, ~1B tokens)  LR (2e-5)
-  WARMUP_ITERS (20)
+  WARMUP_ITERS (20, below TRAIN_ITERS)
 
 LoRA (unset LORA_RANK: full fine-tuning)
   LORA_RANK           adapters of this rank on the linears; the base is frozen
@@ -120,8 +120,10 @@ Checkpoints, logging, preemption
                       (forwarded by this script to the workers; after their save: exit 0)
   STOP_POLL_SECONDS   after a stop request, how often a worker still starting up is checked
                       for Megatron's handler, to get the signal once it has one (2)
-  STOP_GRACE          seconds after the last worker got EXIT_SIGNAL before torchrun is shut
-                      down if it still runs (1800: a save and teardown may take minutes)
+  STOP_GRACE          seconds after the last worker got EXIT_SIGNAL (or after the request,
+                      while a worker is still starting) before torchrun is shut down if it
+                      still runs; the launch then exits non-zero (1800: a save and teardown
+                      may take minutes)
   SHUTDOWN_TIMEOUT    seconds torchrun waits for workers after forwarding another signal (600)
 EOF
 }
@@ -241,7 +243,8 @@ for var in NNODES NODE_RANK GPUS_PER_NODE MASTER_PORT TP PP CP SEQUENCE_PARALLEL
            GLOBAL_BATCH TRAIN_ITERS SEQ_LENGTH ORIGINAL_LENGTH TARGET_LENGTH PI_FACTOR \
            NUM_QUERY_GROUPS WARMUP_ITERS SAVE_INTERVAL EVAL_INTERVAL EVAL_ITERS LOG_INTERVAL SEED \
            SPLIT SIDECAR_NAME DATA_PREFIX DATA_BLEND REPLAY_PREFIXES TOKENIZER CHECKPOINT_IN \
-           ROPE_BASE FFN_HIDDEN MODEL_VARS_GIVEN CHECKPOINT_OUT LR; do
+           ROPE_BASE FFN_HIDDEN MODEL_VARS_GIVEN CHECKPOINT_OUT LR STOP_GRACE SHUTDOWN_TIMEOUT \
+           STOP_POLL_SECONDS; do
   CHECK_VARS+=("$var=${!var:-}")
 done
 CHECK_VARS+=("SCHEDULE_FLAGS=${SCHEDULE_ARGS[*]}")
@@ -381,8 +384,9 @@ CONSOLE_PID=$!
 # signal (inherited from this script, as torchrun does), so it is checked again every
 # STOP_POLL_SECONDS; a worker whose handler is gone (saved, exiting) is never sent it again,
 # which would kill it mid-teardown. Without /proc each worker gets it once. If torchrun still
-# runs STOP_GRACE seconds after the last worker got it, torchrun is shut down (its own
-# signal). Megatron logs "exiting program after receiving SIGTERM." whatever --exit-signal is.
+# runs STOP_GRACE seconds after the last worker got it (or after the request, while a worker
+# never set its handler), torchrun is shut down (its own signal). Megatron logs "exiting
+# program after receiving SIGTERM." whatever --exit-signal is.
 STOP_REQUESTED=0
 STOP_SENT_AT=
 TORCHRUN_PID=
@@ -420,11 +424,14 @@ send_stop() {
          "($sent$starting); Megatron saves a checkpoint and exits" >&2
   fi
   if [ "$sent" -gt 0 ] || [ -z "$STOP_SENT_AT" ]; then STOP_SENT_AT=$SECONDS; fi
-  if [ "$pending" = 0 ] && [ "$STOP_REQUESTED" = 2 ] \
-     && [ $((SECONDS - STOP_SENT_AT)) -ge "$STOP_GRACE" ] && [ -n "$FORWARDED" ]; then
+  # a worker still starting counts too: one hung in start-up never sets the handler
+  if [ "$STOP_REQUESTED" = 2 ] && [ $((SECONDS - STOP_SENT_AT)) -ge "$STOP_GRACE" ] \
+     && [ -n "$FORWARDED" ]; then
     STOP_REQUESTED=3
+    local never=
+    [ "$pending" = 0 ] || never="; $pending still starting, never sent it"
     echo "$(date -u +%FT%TZ) workers still running ${STOP_GRACE} s after $EXIT_SIGNAL" \
-         "(STOP_GRACE): shutting torchrun down" >&2
+         "(STOP_GRACE$never): shutting torchrun down" >&2
     kill -s "${FORWARDED%%,*}" "$TORCHRUN_PID" 2>/dev/null || true
   fi
 }

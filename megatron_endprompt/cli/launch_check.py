@@ -14,6 +14,7 @@ from megatron_endprompt import runtime
 from megatron_endprompt.cli.kit import entry
 from megatron_endprompt.training.launch_check import check_launch
 from megatron_endprompt.training.launch_flags import check_extra_flags
+from megatron_endprompt.training.launch_resume import check_warmup
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     # Megatron's import chatter, when a resumed CHECKPOINT_OUT or the flags need it
     runtime.quiet(checkpoints=True)
     derived = check_launch(env, extra)
-    check_extra_flags(extra)
+    check_extra_flags(extra)  # an unknown flag first: it may be the warm-up the user meant
+    check_warmup(env, extra)
     for key, value in derived.items():
         if isinstance(value, list):
             print(f"{key}=({' '.join(shlex.quote(v) for v in value)})")

@@ -80,6 +80,19 @@ def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
     return value
 
 
+def _stop_poll(text: str | None) -> None:
+    """``STOP_POLL_SECONDS``: ``sleep``'s argument between checks after a stop request, a
+    number of seconds > 0 (a bad one would make every check fail only once a stop comes)."""
+    if text is None:
+        return
+    try:
+        ok = math.isfinite(float(text)) and float(text) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"STOP_POLL_SECONDS={text!r}: give seconds > 0, e.g. 2 or 0.5")
+
+
 def _placeholder(value: str) -> bool:
     return value.startswith("<") and value.endswith(">")
 
@@ -265,6 +278,10 @@ def check_launch(env: Mapping[str, str],
     layers = record.layers if record else LLAMA3_8B_LAYERS
     v = {name: _int(env, name, 1) for name in _POSITIVE}
     v.update({name: _int(env, name, 0) for name in _NON_NEGATIVE})
+    for name in ("STOP_GRACE", "SHUTDOWN_TIMEOUT"):  # bash's arithmetic after a stop
+        if name in env:
+            _int(env, name, 0)
+    _stop_poll(env.get("STOP_POLL_SECONDS"))
     tp, pp, cp = v["TP"], v["PP"], v["CP"]
     lr = env.get("LR", "2e-5")  # the script always passes it
     try:

@@ -5,7 +5,9 @@ Megatron refuses to resume it under another learning-rate schedule (most often a
 loaded the model. The pretrain entry refuses it in one line before Megatron starts
 (:func:`~megatron_endprompt.training.schedule_check.check_schedule_continues`); the same check
 runs here on the script's schedule flags (``SCHEDULE_FLAGS``, the flags the script passes) with
-the extra flags last, so a dry run that passes does not stop there.
+the extra flags last, so a dry run that passes does not stop there. So is the warm-up against
+the run's length (:func:`check_warmup`: a short trial ``TRAIN_ITERS`` under the default
+``WARMUP_ITERS``), which Megatron asserts after the model build.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Mapping
 
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
-from megatron_endprompt.training.schedule_check import check_schedule_continues
+from megatron_endprompt.training.schedule_check import check_schedule_continues, check_warmup_fits
 
-__all__ = ["check_resume_schedule", "schedule_args"]
+__all__ = ["check_resume_schedule", "check_warmup", "schedule_args"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +54,26 @@ def schedule_args(schedule_flags: list[str], extra: list[str], load: str) -> arg
         args, _ = _parser().parse_known_args(schedule_flags)
     args.load = load
     return args
+
+
+def check_warmup(env: Mapping[str, str], extra: list[str]) -> None:
+    """The launch's warm-up against its length (:func:`check_warmup_fits`, which every rank
+    runs after start-up): a ``WARMUP_ITERS`` not below ``TRAIN_ITERS`` is one line naming
+    both variables; when the extra flags set the warm-up or the decay, the line names flags."""
+    args = schedule_args(env.get("SCHEDULE_FLAGS", "").split(), extra,
+                         env.get("CHECKPOINT_OUT", ""))
+    try:
+        check_warmup_fits(args)
+    except UserError:
+        given = {f.partition("=")[0] for f in extra}
+        if given & {"--lr-warmup-iters", "--lr-warmup-fraction", "--lr-decay-iters",
+                    "--train-iters"}:
+            raise
+        raise UserError(f"WARMUP_ITERS={args.lr_warmup_iters} is not below TRAIN_ITERS="
+                        f"{args.train_iters}: Megatron's learning-rate scheduler needs the "
+                        "warm-up shorter than the run (it asserts so after building the model); "
+                        "set WARMUP_ITERS below TRAIN_ITERS (e.g. WARMUP_ITERS=0 for a short "
+                        "trial run)") from None
 
 
 def check_resume_schedule(env: Mapping[str, str], extra: list[str]) -> None:

@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     from megatron_endprompt.runtime.versions import call_pretrain
     from megatron_endprompt.training.long_eval import long_eval_hook
-    from megatron_endprompt.training.schedule_check import check_schedule_continues
+    from megatron_endprompt.training.schedule_check import (
+        check_schedule_continues,
+        check_warmup_fits,
+    )
     from megatron_endprompt.training.providers import (
         make_datasets_provider,
         make_forward_step,
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         saved = loaded_checkpoint_args(args)
         window = resolve_endprompt_args(args, saved)
         check_schedule_continues(args, saved)  # before Megatron's assertion after loading
+        check_warmup_fits(args)  # before its scheduler's assertion after the model build
         # the EndPrompt settings, read once: the providers and hooks get them, not get_args()
         run = build_run(args, window=window, long_eval=long_eval_flags,
                         tokenizer_identity=startup_tokenizer_identity(args))  # once

@@ -21,7 +21,7 @@ from typing import Any
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
 from megatron_endprompt.errors import UserError
 
-__all__ = ["check_schedule_continues", "schedule_of"]
+__all__ = ["check_schedule_continues", "check_warmup_fits", "schedule_of"]
 
 
 def schedule_of(args: Any) -> dict[str, Any] | None:
@@ -77,3 +77,25 @@ def check_schedule_continues(args: argparse.Namespace, saved: Any) -> None:
                 "continue the run add --override-opt_param-scheduler (this command's schedule, "
                 "counting on from the checkpoint's step) or --use-checkpoint-opt_param-scheduler "
                 "(the saved schedule)")
+
+
+def check_warmup_fits(args: Any) -> None:
+    """Refuse a warm-up as long as the decay (``--lr-warmup-iters`` >= ``--train-iters``, e.g.
+    the launcher's 20 warm-up iterations in a 4-iteration trial run): Megatron's
+    ``OptimizerParamScheduler`` asserts ``warm-up steps < decay steps`` only after every rank
+    has built the model, a bare ``AssertionError`` under a torchrun traceback. One
+    :class:`UserError` naming the flags; sample-based runs are left to Megatron."""
+    schedule = schedule_of(args)
+    if schedule is None:
+        return
+    decay_iters = schedule["--lr-decay-iters"]
+    if schedule["warm-up samples"] < decay_iters * schedule["--global-batch-size"]:
+        return
+    fraction = getattr(args, "lr_warmup_fraction", None)
+    warmup = (f"--lr-warmup-fraction {fraction}" if fraction is not None
+              else f"--lr-warmup-iters {getattr(args, 'lr_warmup_iters', 0)}")
+    decay = ("--lr-decay-iters" if getattr(args, "lr_decay_iters", None) else "--train-iters")
+    raise UserError(f"{warmup} leaves no iteration after the warm-up ({decay} {decay_iters}): "
+                    "Megatron's learning-rate scheduler needs the warm-up shorter than the decay "
+                    f"(it asserts so after building the model); lower the warm-up below {decay} "
+                    "(e.g. --lr-warmup-iters 0 for a short trial run)")

@@ -3,7 +3,10 @@ real_checkpoint.py): hf-to-megatron -> logits equal HF's at EndPrompt positions 
 with its own tokenizer -> train through examples/pretrain_llama3_endprompt.sh with no model flag
 (the model comes from the checkpoint: tied embeddings) -> iteration 1's loss equals HF's on that
 sample and positions -> megatron-to-hf -> with ``s = 1`` and a tiny learning rate, greedy answers
-to fixed chat questions equal the original model's, unscaled.
+to fixed chat questions equal the original model's, unscaled -> one more launch with LoRA
+adapters (``LORA_RANK``) on the same data: iteration 1 equals the full run's (``B = 0``), the save
+holds the base bit for bit and trained adapters only, and the merged export is the Megatron model
+with its adapters.
 
 ``L = L0 = 8192`` (the model's own window, ``s = 1``: no interpolation, terminal positions at the
 window's end), so the original model is compared as it is, with no RoPE scaling on either side.
@@ -29,6 +32,7 @@ pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "pretrain_llama3_endprompt.sh")
 P, L, L0, S = 64, 8192, 8192, 1.0  # L = L0: s = 1
+LORA_RANK = 4
 QUESTIONS = ("What is the capital of France?", "Name a primary colour.",
              "How many legs does a spider have?")
 #: One document of ~1.5 P tokens: exactly one training sample (windows of P + 1, stride P).
@@ -46,13 +50,20 @@ def _hf(path: str, **config):
                                                 attn_implementation="eager", **config).eval()
 
 
-def _megatron_logits(ckpt: str, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """``[B, T, Vp]`` logits of the converted checkpoint in ``EndPromptGPTModel`` (TP=1, CPU)."""
+def _megatron_logits(ckpt: str, ids: torch.Tensor, pos: torch.Tensor,
+                     lora_rank: int | None = None) -> torch.Tensor:
+    """``[B, T, Vp]`` logits of the checkpoint in ``EndPromptGPTModel`` (TP=1, CPU), with rank
+    ``lora_rank`` adapters (alpha = rank, the launcher's default) when given."""
     from megatron_endprompt.conversion.megatron_ckpt import build_gpt_model
     from megatron_endprompt.model import EndPromptGPTModel
+    from megatron_endprompt.model.lora import apply_lora
+    from megatron_endprompt.model.lora_settings import LoraSettings
 
     def build(args):
-        return build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=S)
+        model = build_gpt_model(args, cls=EndPromptGPTModel, pi_factor=S)
+        if lora_rank is None:
+            return model
+        return apply_lora(model, LoraSettings(rank=lora_rank, alpha=float(lora_rank)))
 
     with checkpoint_model(ckpt, build) as model:
         return causal_logits(model, ids, pos)
@@ -130,18 +141,14 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
            "EVAL_ITERS": "0", "SAVE_INTERVAL": "2", "PRECISION": "fp32",
            "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "2"}
     cpu = ["--transformer-impl", "local", "--num-workers", "0", "--no-save-optim",
-           "--no-save-rng", "--endprompt-loss-log", losses]
+           "--no-save-rng"]
     dry = subprocess.run(["bash", SCRIPT, "--dry-run", *cpu], env=env, capture_output=True,
                          text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     assert "--untie-embeddings-and-output-weights" not in dry.stdout  # tied, from the record
     words = dry.stdout.split()
     assert words[words.index("--endprompt-pi-factor") + 1] == "1"  # L = L0 from the record
-    with open(tmp_path / "train.log", "w") as log:
-        proc = subprocess.run(["bash", SCRIPT, *cpu], env=env, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=900)
-    text = (tmp_path / "train.log").read_text()
-    assert proc.returncode == 0, text[-3000:]
+    text = _launch(tmp_path / "train.log", env, *cpu, "--endprompt-loss-log", losses)
     exact = read_loss_log(losses)
     assert sorted(exact) == sorted(parse_losses(text)) == [1, 2]
 
@@ -170,7 +177,74 @@ def test_real_checkpoint_end_to_end(run_tool, tmp_path):
     got, want = _answers(model, new_tokenizer), _answers(original, tokenizer)
     _stage(f"answers: {[tokenizer.decode(a) for a in want]}")
     assert got == want and all(len(a) > 0 for a in want)
+
+    _stage("LoRA")
+    # -- LoRA through the launcher, the same data, a learning rate that moves the adapters ----
+    lora_out, lora_losses = str(tmp_path / "out_lora"), str(tmp_path / "losses_lora")
+    _launch(tmp_path / "train_lora.log",
+            {**env, "CHECKPOINT_OUT": lora_out, "LORA_RANK": str(LORA_RANK), "LR": "1e-3",
+             "MASTER_PORT": str(_free_port())}, *cpu, "--endprompt-loss-log", lora_losses)
+    lora = read_loss_log(lora_losses)
+    _stage(f"LoRA losses {lora}; full run's iteration 1 {exact[1]:.6f}")
+    assert sorted(lora) == [1, 2]
+    assert lora[1] == pytest.approx(exact[1], abs=1e-6)  # B = 0: the full model's loss
+    _check_lora_save(lora_out, base)
+    merged = str(tmp_path / "hf_lora")
+    rc, stdout, err = run_tool(convert_main, ["megatron-to-hf", "--checkpoint", lora_out,
+                                              "--output", merged, "--tokenizer", hf_dir,
+                                              "--no-progress"])
+    assert rc == 0, err
+    assert f"LoRA adapters (r={LORA_RANK}, alpha={LORA_RANK}): merged" in stdout, stdout
+    model = _hf(merged)
+    assert model.config.tie_word_embeddings
+    with torch.no_grad():
+        got_logits = model(input_ids=ids, position_ids=pos).logits
+    adapted = _megatron_logits(lora_out, ids, pos, lora_rank=LORA_RANK)[..., :ref.shape[-1]]
+    merge_diff = (got_logits - adapted).abs().max().item()
+    effect = (ref - adapted).abs().max().item()
+    _stage(f"merged export vs Megatron with adapters: {merge_diff:.2e}; adapters' effect on the "
+           f"original's logits: {effect:.2e}")
+    # measured: 2.65e-03 against an effect of 5.97 (fp32 rounding of W + B A over 30 layers;
+    # a wrong merge, e.g. the GQA interleave of qkv's B, moves logits by the effect's size)
+    assert merge_diff <= 1e-2 and effect > 100 * merge_diff
     _stage("done")
+
+
+def _launch(log_path, env: dict[str, str], *flags: str) -> str:
+    """The launcher with ``env`` and extra ``flags``, output to ``log_path``; asserts exit 0 and
+    returns the output."""
+    with open(log_path, "w") as log:
+        proc = subprocess.run(["bash", SCRIPT, *flags], env=env, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=900)
+    text = log_path.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    return text
+
+
+def _check_lora_save(saved: str, base: str) -> None:
+    """The LoRA run's save holds every tensor of the converted ``base`` bit for bit (tied: no
+    output layer of its own), plus ``lora_a``/``lora_b`` of the four linears, every ``B``
+    moved off zero."""
+    from megatron_endprompt.conversion.megatron_ckpt import (
+        find_checkpoint,
+        read_tensor,
+        single_process_group,
+        tensor_metadata,
+    )
+
+    trained, converted = find_checkpoint(saved), find_checkpoint(base)
+    with single_process_group():
+        meta, base_meta = tensor_metadata(trained), tensor_metadata(converted)
+        adapters = {k for k in meta if k.endswith((".lora_a", ".lora_b"))}
+        assert len(adapters) == 8, sorted(adapters)  # 4 linears x (A, B), layer-stacked
+        assert set(meta) - adapters == set(base_meta)
+        assert not any("output_layer" in k for k in base_meta)  # tied embeddings
+        for key in base_meta:
+            assert torch.equal(read_tensor(trained, key, meta[key]),
+                               read_tensor(converted, key, base_meta[key])), key
+        for key in sorted(adapters):
+            if key.endswith(".lora_b"):
+                assert read_tensor(trained, key, meta[key]).abs().sum() > 0, key
 
 
 _T0 = [time.monotonic()]

@@ -196,7 +196,9 @@ def test_real_launch_refuses_unknown_options_signals_ports(setup, args, over, sa
 def test_known_extra_flags_still_launch(setup):
     tmp, env = setup
     env = _fake_torchrun(tmp, env)
-    proc = subprocess.run(["bash", SCRIPT, "--train-iters", "5", "--endprompt-sidecar-name=x",
+    # 50 iterations: more than the 20 warm-up ones (fewer are refused: tests/examples/
+    # test_launch_warmup.py)
+    proc = subprocess.run(["bash", SCRIPT, "--train-iters", "50", "--endprompt-sidecar-name=x",
                            "--no-load-optim"], env={**env, "EXIT_SIGNAL": "SIGUSR1"},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
