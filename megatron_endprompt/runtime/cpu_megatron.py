@@ -43,6 +43,7 @@ FINGERPRINTS: dict[str, dict[str, str]] = {
         "0.19.2": "78022ba81583",
         "0.20.0": "3b8f329b8c42",
     },
+    "get_write_results_queue": {"0.18.2, 0.19.2, 0.20.0": "53bba88681da"},
 }
 
 
@@ -181,6 +182,29 @@ def patch_jit_warmup_rng(ledger: Ledger) -> None:
     ledger.replace(mt_init, "_warmup_jit_function", _warmup_jit_function, patch=_PATCH)
 
 
+def patch_checkpoint_results_queue(ledger: Ledger) -> None:
+    """Start the ``torch_dist`` save's results queue in a forked, not a spawned, process.
+
+    A rank's first ``torch_dist`` save creates a ``multiprocessing`` manager whose queue
+    carries the write results (torch ``WriteResult`` objects) back to the saving rank.
+    Megatron starts it with the ``spawn`` context: a fresh interpreter that imports torch to
+    unpickle the first result, ~2.4 s on every saving rank of every launch (a one-rank,
+    one-iteration run with a save: 15.0 -> 12.7 CPU-s on 2 cores). Forked, the manager has
+    the rank's modules already; it touches no tensor and no device (Megatron's own
+    ``--async-save`` forks the training process too). Only the CPU layer changes the context.
+    """
+    import megatron.core.dist_checkpointing.strategies.filesystem_async as fs_async
+
+    original = ledger.check(fs_async, "get_write_results_queue",
+                            FINGERPRINTS["get_write_results_queue"], patch=_PATCH)
+
+    @functools.wraps(original)
+    def get_write_results_queue(mp_mode: str = "fork") -> Any:
+        return original(mp_mode=mp_mode)
+
+    ledger.replace(fs_async, "get_write_results_queue", get_write_results_queue, patch=_PATCH)
+
+
 def install_megatron_cpu_patches(ledger: Ledger) -> None:
     """Apply every Megatron-level CPU patch."""
     patch_initialize_megatron(ledger)
@@ -188,3 +212,4 @@ def install_megatron_cpu_patches(ledger: Ledger) -> None:
     patch_rng_tracker_warning(ledger)
     patch_resume_rng_at_train_start(ledger)
     patch_jit_warmup_rng(ledger)
+    patch_checkpoint_results_queue(ledger)

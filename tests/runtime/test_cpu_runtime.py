@@ -69,9 +69,11 @@ def _mean(values: list[float]) -> float:
 # ----------------------------------------------------------------------------------------------
 
 def test_install_patches_once_and_rewrites_devices() -> None:
-    """Installed: CUDA device args land on CPU in every thread; stand-ins are distinct."""
+    """Installed: CUDA device args land on CPU in every thread; stand-ins are distinct; the
+    ``torch_dist`` save's results queue is served by a fork of this process (a spawned server
+    imported torch afresh, ~2.4 s, on every saving rank of every launch)."""
     proc = _run_python("""
-        import threading, torch
+        import sys, threading, types, torch
         from megatron_endprompt import runtime
         assert not torch.cuda.is_available()
         assert runtime.install() == {"wheel": True, "rope": False, "cpu": True}
@@ -131,6 +133,15 @@ def test_install_patches_once_and_rewrites_devices() -> None:
 
         import megatron.core.datasets.utils as ds_utils
         ds_utils.compile_helpers()   # the wheel has no Makefile: must not exit the process
+
+        # a class only this process has: a spawned queue server cannot unpickle it
+        import megatron.core.dist_checkpointing.strategies.filesystem_async as fs_async
+        only_here = types.ModuleType("only_in_this_process")
+        exec("class Result:\\n    n = 3\\n", vars(only_here))
+        sys.modules[only_here.__name__] = only_here
+        results = fs_async.get_write_results_queue()
+        results.put(only_here.Result())
+        assert results.get().n == 3
         print("OK")
     """)
     assert "OK" in proc.stdout

@@ -27,20 +27,37 @@ def make_batch() -> dict[str, torch.Tensor]:
             "terminal_mask": terminal}
 
 
-def _run(tmp_path, **layout) -> list[dict]:
-    n = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
-    proc = run_torchrun(os.path.join(HERE, "batch_worker.py"), "--out", tmp_path,
-                        *[f"--{k}={v}" for k, v in layout.items()], nproc=n)
+#: The layouts, each on 2 ranks: one torchrun job runs them all (the groups rebuilt for each)
+LAYOUTS = [dict(tp=2), dict(pp=2), dict(cp=2)]
+
+
+def _name(layout: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in layout.items())
+
+
+@pytest.fixture(scope="module")
+def received(tmp_path_factory) -> dict[str, list[dict]]:
+    """``{layout name: [what each rank received]}`` from one 2-rank job over :data:`LAYOUTS`."""
+    out = tmp_path_factory.mktemp("batch_ranks")
+    proc = run_torchrun(os.path.join(HERE, "batch_worker.py"), "--out", out,
+                        *[f"--layout={_name(layout)}" for layout in LAYOUTS], nproc=2)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
+    return {_name(layout): [torch.load(out / _name(layout) / f"rank{r}.pt") for r in range(2)]
+            for layout in LAYOUTS}
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(cp=2)])
-def test_every_rank_gets_its_positions(tmp_path, layout):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_rank_gets_its_positions(received, layout):
     full = make_batch()
     cp = layout.get("cp", 1)
-    for got in _run(tmp_path, **layout):
+    pp = layout.get("pp", 1)
+    assert layout.get("tp", 1) * pp * cp == 2  # the job's world size
+    ranks = received[_name(layout)]
+    # this layout's groups, not the previous layout's, were in force
+    assert [got["cp_rank"] for got in ranks] == ([0, 1] if cp > 1 else [0, 0])
+    assert [got["first"] for got in ranks] == ([True, False] if pp > 1 else [True, True])
+    for got in ranks:
         r = got["cp_rank"]
         expect = {k: zigzag_slice(v, cp_size=cp, cp_rank=r, seq_dim=1) if cp > 1 else v
                   for k, v in full.items()}

@@ -2,12 +2,15 @@
 
 Parity: one checkpoint, loaded with ``--finetune`` under TP=1, TP=2, PP=2, PP=2 with virtual
 stages and DP=2 with the distributed optimizer: the first iteration's loss (same weights,
-same global batch, EndPrompt positions and weights) agrees within 1e-5 relative.
-Resume: 6 iterations with a save at 3; resuming from 3 reproduces iterations 4-6 exactly.
+same global batch, EndPrompt positions and weights) agrees within 1e-5 relative, on one blend of
+random-placement, PoSE and ET(PoSE) samples.
+Resume: DP=2's run goes on to 6 iterations with a save at 3; resuming from 3 reproduces
+iterations 4-6 exactly.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +32,11 @@ def prefix(tmp_path_factory):
                               terminal_loss_weight=0.3)
 
 
-def _args(prefix, tmp, *extra):
-    return [*MODEL, "--data-path", prefix, "--split", "90,5,5",
+def _args(data, tmp, *extra):
+    """``data``: one prefix, or ``--data-path`` words (a blend: all of it trains, since an
+    empty blended validation split is refused at ``--eval-iters 0``)."""
+    words, split = ([data], "90,5,5") if isinstance(data, str) else (data, "100,0,0")
+    return [*MODEL, "--data-path", *words, "--split", split,
             "--data-cache-path", str(tmp / "cache"), "--endprompt-target-length", str(L),
             "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3",
             "--min-lr", "1e-3", "--lr-decay-style", "constant", "--clip-grad", "1.0",
@@ -46,21 +52,32 @@ def _run(prefix, tmp, name, *extra, nproc=2):
     return parse_losses(log)
 
 
-@pytest.fixture(scope="module", params=["pose", "et_pose"])
-def pose_prefix(request, tmp_path_factory):
-    """``--placement pose``: PoSE itself (continuation, b = 1, uniform loss) or ET(PoSE) with
+@pytest.fixture(scope="module")
+def pose_prefixes(tmp_path_factory) -> dict[str, str]:
+    """``--placement pose``: PoSE itself (continuation, b = 1, uniform loss) and ET(PoSE) with
     PoSE's law (a 6-token prompt at ``L - b``, w = 0.1)."""
     from megatron_endprompt.data.sidecar.terminal_spec import TerminalSpec
 
-    root = tmp_path_factory.mktemp(request.param)
-    if request.param == "pose":
-        terminal, w = TerminalSpec(source="continuation", length=1), 1.0
-    else:
-        (root / "prompt.txt").write_text("7 8 9 10 11 12\n")
-        terminal, w = TerminalSpec(source="prompt", prompts=str(root / "prompt.txt")), 0.1
-    return write_motif_prefix(str(root), seq_length=P, target_length=L, vocab=VOCAB,
-                              placement="pose", pose_chunks=2, terminal=terminal,
-                              terminal_loss_weight=w)
+    prefixes = {}
+    for name in ("pose", "et_pose"):
+        root = tmp_path_factory.mktemp(name)
+        if name == "pose":
+            terminal, w = TerminalSpec(source="continuation", length=1), 1.0
+        else:
+            (root / "prompt.txt").write_text("7 8 9 10 11 12\n")
+            terminal, w = TerminalSpec(source="prompt", prompts=str(root / "prompt.txt")), 0.1
+        prefixes[name] = write_motif_prefix(str(root), seq_length=P, target_length=L,
+                                            vocab=VOCAB, placement="pose", pose_chunks=2,
+                                            terminal=terminal, terminal_loss_weight=w)
+    return prefixes
+
+
+@pytest.fixture(scope="module")
+def blend(prefix, pose_prefixes) -> list[str]:
+    """``--data-path`` words: random placement, PoSE and ET(PoSE), weight 1 each. Megatron's
+    blend takes them in turn (samples 0, 1, 2 = random, PoSE, ET(PoSE), ...), so the pins'
+    global batch of 8 holds all three and every micro-batch of 2 mixes two of them."""
+    return ["1", prefix, "1", pose_prefixes["pose"], "1", pose_prefixes["et_pose"]]
 
 
 @pytest.fixture(scope="module")
@@ -88,31 +105,40 @@ def hybrid_run(prefix, tmp_path_factory) -> tuple[str, str]:
     return save, log
 
 
-def test_parallel_layouts_agree_with_single_rank(prefix, base_checkpoint, tmp_path):
-    _pin_parallel_layouts(prefix, base_checkpoint, tmp_path)
+#: The resume test's layout (and the parity pin's DP=2 layout), 6 iterations
+DP2 = ["--use-distributed-optimizer", "--train-iters", "6"]
 
 
-def test_pose_layouts_agree_with_single_rank(pose_prefix, base_checkpoint, tmp_path):
-    """PoSE and ET(PoSE) samples (text skips, one sample per document) under the layouts that
-    move positions (TP=2: broadcast within the group; PP=2: handed to every stage) give the
-    single-rank first loss. Virtual stages and DP=2 with the distributed optimizer move them the
-    same way as PP=2 and DP=1; the random-placement pin above covers those layouts."""
+@pytest.fixture(scope="module")
+def dp2_run(blend, base_checkpoint, tmp_path_factory) -> tuple[Path, str]:
+    """DP=2 with the distributed optimizer (the CPU runtime's torch-Adam fallback), loaded from
+    ``base_checkpoint`` with ``--finetune``, 6 iterations with a save at 3: ``(tmp dir,
+    checkpoint dir)``. Its first loss is the DP=2 parity pin; its save is the resume test's."""
+    tmp = tmp_path_factory.mktemp("dp2")
+    ckpt = str(tmp / "ckpt")
+    _run(blend, tmp, "full", *DP2, "--load", base_checkpoint, "--finetune", "--save", ckpt,
+         "--save-interval", "3", "--endprompt-loss-log", str(tmp / "full_losses"))
+    return tmp, ckpt
+
+
+def test_parallel_layouts_agree_with_single_rank(blend, pose_prefixes, base_checkpoint, dp2_run,
+                                                 tmp_path):
+    """TP=2, PP=2, PP=2 with virtual stages and DP=2 with the distributed optimizer give the
+    single-rank first loss from one checkpoint (1e-5 relative), on the blend: random-placement
+    samples (per-row RoPE freqs), PoSE and ET(PoSE) samples (text skips, one sample per
+    document; TP=2 broadcasts their positions within the group, PP=2 hands them to every
+    stage)."""
     from megatron_endprompt.data.sidecar.sidecar import read_sidecar, sidecar_path
 
-    sc = read_sidecar(sidecar_path(pose_prefix), prefix=pose_prefix)
-    assert sc.layout.placement == "pose" and sc.header.stats["pose"]["text_skip_mean"] > 0
-    _pin_parallel_layouts(pose_prefix, base_checkpoint, tmp_path, only=("tp2", "pp2"))
-
-
-def _pin_parallel_layouts(prefix, base, tmp_path, only=None):
-    """TP=2, PP=2, PP=2 with virtual stages and DP=2 with the distributed optimizer (``only``:
-    those named) give the single-rank first loss on ``prefix`` from one checkpoint, ``base``
-    (1e-5 relative)."""
-    load = ["--load", base, "--finetune", "--train-iters", "1"]
+    for pose_prefix in pose_prefixes.values():
+        sc = read_sidecar(sidecar_path(pose_prefix), prefix=pose_prefix)
+        assert sc.layout.placement == "pose" and sc.header.stats["pose"]["text_skip_mean"] > 0
+    load = ["--load", base_checkpoint, "--finetune", "--train-iters", "1"]
 
     def first_loss(name, *flags, nproc=2):
         logdir = str(tmp_path / f"{name}_losses")
-        _run(prefix, tmp_path, name, *load, *flags, "--endprompt-loss-log", logdir, nproc=nproc)
+        _run(blend, tmp_path, name, *load, *flags, "--endprompt-loss-log", logdir,
+             nproc=nproc)
         return read_loss_log(logdir)[1]
 
     ref = first_loss("tp1", nproc=1)
@@ -121,32 +147,27 @@ def _pin_parallel_layouts(prefix, base, tmp_path, only=None):
         "pp2": ["--pipeline-model-parallel-size", "2"],
         "vpp": ["--pipeline-model-parallel-size", "2",
                 "--num-layers-per-virtual-pipeline-stage", "1"],
-        "dp2_distopt": ["--use-distributed-optimizer"],
     }
-    for name, flags in layouts.items():
-        if only is not None and name not in only:
-            continue
-        got = first_loss(name, *flags)
-        assert abs(got - ref) <= 1e-5 * abs(ref), (name, got, ref)
+    got = {name: first_loss(name, *flags) for name, flags in layouts.items()}
+    got["dp2_distopt"] = read_loss_log(str(dp2_run[0] / "full_losses"))[1]
+    for name, loss in got.items():
+        assert abs(loss - ref) <= 1e-5 * abs(ref), (name, loss, ref)
 
 
-def test_resume_reproduces_uninterrupted_run(prefix, tmp_path):
+def test_resume_reproduces_uninterrupted_run(blend, dp2_run):
     """DP=2 + distributed optimizer (the CPU runtime's torch-Adam fallback: its state
     template, the no-grad copies and the Adam step) through the EndPrompt entry: the optimizer
     state survives the round trip, iterations 4-6 bit-exact. Compared on the exact loss log:
     Megatron's printed value is a 7-digit running average."""
-    ckpt = str(tmp_path / "ckpt")
-    flags = ["--use-distributed-optimizer", "--train-iters", "6"]
-    _run(prefix, tmp_path, "full", *flags, "--save", ckpt, "--save-interval", "3",
-         "--endprompt-loss-log", str(tmp_path / "full_losses"))
-    _run(prefix, tmp_path, "resumed", *flags, "--load", ckpt, "--ckpt-step", "3",
-         "--endprompt-loss-log", str(tmp_path / "resumed_losses"))
-    full = read_loss_log(str(tmp_path / "full_losses"))
-    resumed = read_loss_log(str(tmp_path / "resumed_losses"))
+    tmp, ckpt = dp2_run
+    _run(blend, tmp, "resumed", *DP2, "--load", ckpt, "--ckpt-step", "3",
+         "--endprompt-loss-log", str(tmp / "resumed_losses"))
+    full = read_loss_log(str(tmp / "full_losses"))
+    resumed = read_loss_log(str(tmp / "resumed_losses"))
     assert sorted(full) == [1, 2, 3, 4, 5, 6] and sorted(resumed) == [4, 5, 6]
     assert [resumed[i] for i in (4, 5, 6)] == [full[i] for i in (4, 5, 6)]
     assert full[6] < full[1], "the loss falls"
-    terms = read_loss_log(str(tmp_path / "full_losses"), "terminal loss")
+    terms = read_loss_log(str(tmp / "full_losses"), "terminal loss")
     assert sorted(terms) == sorted(full), "terminal loss logged separately"
 
 
