@@ -31,8 +31,10 @@ from real_launch import CPU_FLAGS, SCRIPT, launch_env, toy_base, toy_prefix
 
 pytestmark = pytest.mark.process  # the launcher, torchrun and two real trainer ranks
 
-#: The launcher's poll interval in the stop test: well under the save and teardown time.
-POLL_S = 1
+#: The launcher's poll interval in the stop test: well under the save and teardown time (the
+#: toy's two-rank torch_dist save takes ~0.15 s on 2 loaded cores; the old launcher re-sent the
+#: stop every interval, so a short one is the harder case for it).
+POLL_S = 0.02
 
 
 @pytest.fixture(scope="module")
