@@ -2,8 +2,8 @@
 the script's real path, real torchrun (2 ranks, gloo) and Megatron's own exit-signal handler class
 (tests/examples/stop_worker.py stands in for the model: a PATH shim runs the script's torchrun
 command with the worker instead of ``-m megatron_endprompt.training.pretrain``). On EXIT_SIGNAL --
-SIGUSR1 as the sbatch sets, sent to the script or, as SLURM does, to its process group, and the
-default SIGTERM -- every rank "saves", the script exits 0, and there is no torchrun traceback.
+SIGUSR1 as the sbatch sets, sent to the script or, as SLURM does, to its process group -- every
+rank "saves", the script exits 0, and there is no torchrun traceback.
 Before the fix torchrun handled the signal itself: it forwarded it, waited, then raised
 ``SignalException``: a traceback and exit 1 after a clean save."""
 
@@ -66,8 +66,8 @@ def _free_port() -> int:
     return free_port()
 
 
-@pytest.mark.parametrize("exit_signal, to_group", [("SIGUSR1", False), ("SIGUSR1", True),
-                                                  (None, False)])
+# The default SIGTERM sent to the script: test_launch_real_trainer.py, with the real trainer.
+@pytest.mark.parametrize("exit_signal, to_group", [("SIGUSR1", False), ("SIGUSR1", True)])
 def test_requested_stop_saves_and_exits_0(tmp_path, exit_signal, to_group):
     proc, stop_dir = _start(tmp_path, exit_signal)
     sig = signal.Signals[exit_signal or "SIGTERM"]
