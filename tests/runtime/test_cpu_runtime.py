@@ -3,7 +3,8 @@
 The unit tests run the runtime in a fresh interpreter (it patches process-global state).
 The training tests launch Megatron-Core's real ``pretrain()`` on the tiny GPT of
 ``tests/runtime/pretrain_tiny.py`` under ``torchrun --nproc_per_node 2`` with gloo; each
-takes roughly 15-40 s on two CPU cores.
+takes roughly 15-40 s on two CPU cores. PP=2 (and TP=2, DP=2) training is pinned to the
+single-rank losses in tests/training/test_pretrain.py.
 """
 
 from __future__ import annotations
@@ -178,10 +179,3 @@ def test_tp2_trains_and_resumes_exactly(tmp_path: Path) -> None:
     assert (ckpt / "iter_0000003").is_dir()
     resumed = _pretrain(tmp_path, "resumed", *tp2, "--load", str(ckpt), "--ckpt-step", "3")
     _assert_resume_exact(full, resumed, 4, 10)
-
-
-def test_pp2_loss_decreases(tmp_path: Path) -> None:
-    """PP=2 (1F1B over 4 micro-batches): loss falls over 10 iterations."""
-    losses = _pretrain(tmp_path, "pp2", "--pipeline-model-parallel-size", "2",
-                       "--train-iters", "10")
-    _assert_loss_falls(losses, 10)
