@@ -26,8 +26,15 @@ _MODEL_CACHE = (os.environ.get("MEGATRON_ENDPROMPT_MODEL_CACHE")
 def verdict_cache(tmp_path_factory, monkeypatch):
     """Each test its own empty tokenizer-verdict cache (never the user's ~/.cache): a test's
     first preprocessing run is a cold one (``data.tokenizer_verdict``). Subprocesses inherit
-    it through the environment. Returns the cache root. The model cache stays the user's."""
+    it through the environment. Returns the cache root. The model cache stays the user's.
+    The launcher's cached option list (``training.launch_flags``: a pure function of the
+    installed Megatron and our parser, keyed by their hash) is shared by the session's tests:
+    each would otherwise import Megatron again to build it (~8 s); a test of the cold cache
+    points ``MEGATRON_ENDPROMPT_CACHE`` at a directory of its own."""
     root = tmp_path_factory.mktemp("verdict_cache")
+    shared = tmp_path_factory.getbasetemp() / "launch-options-shared"
+    shared.mkdir(exist_ok=True)
+    (root / "launch-options").symlink_to(shared, target_is_directory=True)
     monkeypatch.setenv("MEGATRON_ENDPROMPT_CACHE", str(root))
     monkeypatch.setenv("MEGATRON_ENDPROMPT_MODEL_CACHE", _MODEL_CACHE)
     return root

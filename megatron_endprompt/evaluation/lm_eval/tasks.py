@@ -104,9 +104,16 @@ def _task_manager(cfg: EvalConfig) -> Any:
         if not os.path.exists(path):
             raise UserError(f"--lm-eval-include {path}: no such file or directory; give a "
                             "directory of lm-eval task YAMLs (or one YAML)")
-    return TaskManager(include_path=list(cfg.lm_eval_include) or None,
-                       metadata={"pretrained": cfg.hf_dir, "tokenizer": cfg.hf_dir,
-                                 "max_seq_lengths": list(cfg.lengths)})
+    meta = {"pretrained": cfg.hf_dir, "tokenizer": cfg.hf_dir,
+            "max_seq_lengths": list(cfg.lengths)}
+    if cfg.lm_eval_include:
+        # every asked-for task a leaf task in --lm-eval-include: lm-eval's own ~10k task files
+        # need not be indexed (~10 s). A group or tag may name built-in tasks: full index.
+        own = TaskManager(include_path=list(cfg.lm_eval_include), include_defaults=False,
+                          metadata=meta)
+        if all(name in own.all_subtasks for name in lm_eval_task_names(cfg.tasks)):
+            return own
+    return TaskManager(include_path=list(cfg.lm_eval_include) or None, metadata=meta)
 
 
 def load_tasks(cfg: EvalConfig) -> tuple[Any, list[Any], dict[str, list[int]], list[str]]:

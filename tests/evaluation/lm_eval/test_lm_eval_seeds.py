@@ -59,6 +59,9 @@ def test_short_text_seeds(tiny_model_dir, tmp_path, captured, seed, want):
     with pytest.raises(_Stop):
         run_short_text(model, tok, str(root), length=2048, seed=seed)
     assert {k: captured[k] for k in SEED_KEYS} == want
+    # only the run's own task files are indexed, not lm-eval's built-in tasks
+    indexed = captured["task_manager"].all_tasks
+    assert "endprompt_gsm8k" in indexed and "gsm8k" not in indexed, len(indexed)
 
 
 @pytest.mark.parametrize("flags, want", [([], LM_EVAL_DEFAULT_SEEDS),

@@ -31,7 +31,7 @@ def mmlu_dir(tmp_path):
 def _contexts(include_dir, tasks):
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    tm = TaskManager(include_path=str(include_dir))
+    tm = TaskManager(include_path=str(include_dir), include_defaults=False)  # as the run does
     out = {}
     for name, task in get_task_dict(list(tasks), tm).items():
         task = task if hasattr(task, "build_all_requests") else None
