@@ -54,17 +54,18 @@ KNOWN_NOISE = tuple(re.compile(p) for p in (
     r"^\[[\w ,-]+\] datetime: ",
     r"^Number of (active )?parameters in ",
     r"^Total number of (active )?parameters in ",
-    r"^Theoretical memory footprints: ",
     r"^compute_activation_memory_without_sp$",
     r"^Activation memory footprint per transformer layer",
     r"^\[Rank \d+\] \((after|before) [^)]*\) memory \(MB\)",
 ))
 #: Noise whose indented (or blank) lines after it are its own: a Python warning's message and
-#: source lines, a logging record's table (Megatron's timers), a gradient bucket's parameters.
+#: source lines, a logging record's table (Megatron's timers), a gradient bucket's parameters,
+#: Megatron's memory report after iteration 1 (an empty line ends it).
 NOISE_BLOCKS = tuple(re.compile(p) for p in (
     r"^\S+:\d+: \w*Warning: ",
     r"^(INFO|WARNING):(megatron|torch|root|transformers|datasets)[\w.]*:",
     r"^Params for bucket \d+ ",
+    r"^Theoretical memory footprints: ",  # then an empty line
 ))
 _CONTINUATION = re.compile(r"^(\s|$)")
 _ITERATION = re.compile(r"^ ?\[[\d :.-]+\] iteration +\d+/")

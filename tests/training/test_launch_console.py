@@ -45,6 +45,22 @@ def test_argument_table_and_warnings_go_to_the_log_only():
     assert log.splitlines() == lines and rc == 0
 
 
+def test_megatrons_first_iteration_report_leaves_no_blank_lines():
+    """Megatron's parameter and memory report after iteration 1 ends with an empty line; it
+    went to the console as a blank line between iteration lines."""
+    report = ["Number of parameters in transformer block in billions:  0.11",
+              "Total number of parameters in billions: 0.13",
+              "compute_activation_memory_without_sp",
+              "Activation memory footprint per transformer layer (precise, without SP): 19 MB",
+              "Theoretical memory footprints: weight and optimizer=2309.10 MB, total=3014 MB",
+              "",
+              "[Rank 0] (after 1 iterations) memory (MB) | allocated: 0.00"]
+    second = ITER.replace("iteration        1/", "iteration        2/")
+    console, _, _ = _run([f"[rank0]: {ITER}", *(f"[rank0]: {t}" for t in report),
+                          f"[rank0]: {second}"])
+    assert console == [ITER, second]
+
+
 def test_two_ranks_on_one_line_are_split():
     console, _, _ = _run([f"[rank0]: partial [rank1]: {ITER}"])
     assert console == ["partial ", ITER]
