@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.rerender, encoding="utf-8") as f:
             results = json.load(f)
         extension_report.summarize(results, PAIRS)
-        print("wrote " + ", ".join(write(results, args.rerender)))
+        print("wrote " + ", ".join(write_results(results, args.rerender,
+                                                     extension_report.write_md)))
         return 0
     c = dict(SIZES)
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
@@ -357,22 +358,32 @@ def main(argv: list[str] | None = None) -> int:
         for k in rows:
             if ROWS[k].trains:
                 results["rows"][k]["seeds"][str(seed)] = ext.row(ROWS[k], seed)
-        timings[f"seed{seed}_s"] = round(time.time() - t0, 1)
-        results["seeds_done"] = seed + 1
-        results["timings_s"] = {**timings, "total_s": round(time.time() - t_all, 1)}
-        extension_report.summarize(results, PAIRS)
-        written = write(results, out_json)
-        print(f"seed {seed}: {timings[f'seed{seed}_s'] / 60:.1f} min; wrote {written[0]}",
-              flush=True)
+        seed_done(results, timings, seed=seed, t0=t0, t_all=t_all, out_json=out_json,
+                  summarize=lambda r: extension_report.summarize(r, PAIRS),
+                  write_md=extension_report.write_md)
     print("\n" + open(os.path.splitext(out_json)[0] + ".md", encoding="utf-8").read())
     return 0
 
 
-def write(results: dict, out_json: str) -> list[str]:
-    """The JSON (rewritten after every seed: ``seeds_done`` says how many) and its tables."""
+def seed_done(results: dict, timings: dict, *, seed: int, t0: float, t_all: float,
+              out_json: str, summarize, write_md) -> None:
+    """After each seed of a block: its time, ``seeds_done``, the block's statistics
+    (``summarize(results)``), then the JSON and its tables (``write_md(results, out_json)``)
+    rewritten, so a stopped run keeps every finished seed."""
+    timings[f"seed{seed}_s"] = round(time.time() - t0, 1)
+    results["seeds_done"] = seed + 1
+    results["timings_s"] = {**timings, "total_s": round(time.time() - t_all, 1)}
+    summarize(results)
+    write_results(results, out_json, write_md)
+    print(f"seed {seed}: {timings[f'seed{seed}_s'] / 60:.1f} min; wrote {out_json}", flush=True)
+
+
+def write_results(results: dict, out_json: str, write_md) -> list[str]:
+    """The JSON (rewritten after every seed: ``seeds_done`` says how many) and its tables
+    (``write_md(results, out_json)`` returns their path)."""
     with atomic_path(out_json, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
-    return [out_json, extension_report.write_md(results, out_json)]
+    return [out_json, write_md(results, out_json)]
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from benchmarks.replication import extension_lora_report as report
 from benchmarks.replication import extension_text
 from benchmarks.replication import run
 from megatron_endprompt.checkpoint_dir import resolve_checkpoint_dir
-from megatron_endprompt.disk import atomic_path
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -192,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.rerender, encoding="utf-8") as f:
             results = json.load(f)
         report.summarize(results, PAIRS)
-        print("wrote " + ", ".join(write(results, args.rerender)))
+        print("wrote " + ", ".join(extension.write_results(results, args.rerender,
+                                                               report.write_md)))
         return 0
     c = dict(SIZES["smoke" if args.smoke else "full"])
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
@@ -240,22 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         results["arms"] = {k: {**v, "seeds": dict(sorted(v["seeds"].items(),
                                                          key=lambda kv: int(kv[0])))}
                            for k, v in results["arms"].items()}
-        timings[f"seed{seed}_s"] = round(time.time() - t0, 1)
-        results["seeds_done"] = seed + 1
-        results["timings_s"] = {**timings, "total_s": round(time.time() - t_all, 1)}
-        report.summarize(results, PAIRS)
-        written = write(results, out_json)
-        print(f"seed {seed}: {timings[f'seed{seed}_s'] / 60:.1f} min; wrote {written[0]}",
-              flush=True)
+        extension.seed_done(results, timings, seed=seed, t0=t0, t_all=t_all,
+                            out_json=out_json, summarize=lambda r: report.summarize(r, PAIRS),
+                            write_md=report.write_md)
     print("\n" + open(os.path.splitext(out_json)[0] + ".md", encoding="utf-8").read())
     return 0
-
-
-def write(results: dict, out_json: str) -> list[str]:
-    """The JSON (rewritten after every seed) and its tables."""
-    with atomic_path(out_json, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-    return [out_json, report.write_md(results, out_json)]
 
 
 if __name__ == "__main__":
