@@ -304,12 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.rerender:
-        with open(args.rerender, encoding="utf-8") as f:
-            results = json.load(f)
-        extension_report.summarize(results, PAIRS)
-        print("wrote " + ", ".join(write_results(results, args.rerender,
-                                                     extension_report.write_md)))
-        return 0
+        return rerender(args.rerender, lambda r: extension_report.summarize(r, PAIRS),
+                        extension_report.write_md)
     c = dict(SIZES)
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
     rows = [k for k in c["rows"].split(",") if k]
@@ -376,6 +372,15 @@ def seed_done(results: dict, timings: dict, *, seed: int, t0: float, t_all: floa
     summarize(results)
     write_results(results, out_json, write_md)
     print(f"seed {seed}: {timings[f'seed{seed}_s'] / 60:.1f} min; wrote {out_json}", flush=True)
+
+
+def rerender(path: str, summarize, write_md) -> int:
+    """``--rerender RESULTS.json``: statistics and tables again from a results file."""
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    summarize(results)
+    print("wrote " + ", ".join(write_results(results, path, write_md)))
+    return 0
 
 
 def write_results(results: dict, out_json: str, write_md) -> list[str]:

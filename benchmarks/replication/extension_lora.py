@@ -20,7 +20,6 @@ state), peak RSS and step time (``run.train``). Tables: ``extension_lora_report.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
@@ -188,12 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.rerender:
-        with open(args.rerender, encoding="utf-8") as f:
-            results = json.load(f)
-        report.summarize(results, PAIRS)
-        print("wrote " + ", ".join(extension.write_results(results, args.rerender,
-                                                               report.write_md)))
-        return 0
+        return extension.rerender(args.rerender, lambda r: report.summarize(r, PAIRS),
+                                  report.write_md)
     c = dict(SIZES["smoke" if args.smoke else "full"])
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
     arms = [k for k in c["arms"].split(",") if k]
