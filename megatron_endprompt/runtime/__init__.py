@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 
 from megatron_endprompt.runtime.child_death import install_child_reaper
-from megatron_endprompt.runtime.cpu import CPU_ARGS, with_cpu_args
+from megatron_endprompt.runtime.cpu import CPU_ARGS, import_megatron_eager, with_cpu_args
 from megatron_endprompt.runtime.ledger import Ledger, PatchedFunctionChanged, fingerprint
 from megatron_endprompt.runtime.process import (
     CHECKPOINT_NOISE,
@@ -103,6 +103,8 @@ def install(*, cpu: bool | None = None, verbose: bool = True,
 
     if cpu is None:
         cpu = not torch.cuda.is_available()
+    if cpu and trainer:  # first: the version check and the patch modules import Megatron
+        import_megatron_eager()
     version = check_megatron_version()
     from megatron_endprompt.runtime.cpu import install_cpu_layer
     from megatron_endprompt.runtime.rope import install_rope_fallback

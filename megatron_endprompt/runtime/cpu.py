@@ -64,3 +64,37 @@ def install_cpu_layer(ledger: Ledger) -> None:
     install_torch_patches(ledger)
     install_megatron_cpu_patches(ledger)
     install_cp_attention(ledger)
+
+
+#: What a CPU training rank imports of Megatron (its ``pretrain``, the GPT model, the trainer's
+#: loop) while :func:`import_megatron_eager` holds ``torch.compile`` back.
+EAGER_IMPORTS = ("megatron.training", "megatron.training.training", "megatron.core.models.gpt")
+
+
+def import_megatron_eager() -> bool:
+    """Import :data:`EAGER_IMPORTS` with ``torch.compile`` the identity for the duration, then
+    put it back. Megatron decorates its fused element-wise functions with ``torch.compile`` at
+    import time (``megatron.core.jit.jit_fuser``), which imports torch's dynamo and inductor:
+    ~2-3 s of every CPU rank's start-up, for functions that :data:`CPU_ARGS` keeps off (the
+    bias-SwiGLU/GELU and bias-dropout fusions) or that a Llama never calls (squared ReLU, the
+    attention output gate, L2 norm); left eager, they compute the same. Returns ``False`` when
+    Megatron's modules were imported already (nothing to do). A GPU process never calls it."""
+    import importlib
+    import sys
+
+    import torch
+
+    if any(name in sys.modules for name in EAGER_IMPORTS):
+        return False
+    compile_ = torch.compile
+
+    def identity(model=None, **_options):
+        return model if model is not None else (lambda fn: fn)
+
+    torch.compile = identity
+    try:
+        for name in EAGER_IMPORTS:
+            importlib.import_module(name)
+    finally:
+        torch.compile = compile_
+    return True

@@ -169,6 +169,34 @@ def _assert_resume_exact(full: dict[int, list[float]], resumed: dict[int, list[f
                                                        resumed[iteration])
 
 
+def test_cpu_training_rank_imports_megatron_without_torch_compile() -> None:
+    """A CPU training rank (``install(trainer=True)``) imports Megatron with ``torch.compile``
+    held back, so its jit-fused functions stay eager and torch's dynamo/inductor are not
+    imported (~2-3 s per rank); ``torch.compile`` itself is torch's again afterwards, and a
+    non-trainer install (a tool, the tests) imports Megatron as before."""
+    out = _run_python("""
+        import sys, torch
+        compile_ = torch.compile
+        from megatron_endprompt import runtime
+        runtime.install(cpu=True, trainer=True)
+        import megatron.training.training
+        from megatron.core.fusions.fused_bias_swiglu import bias_swiglu
+        x, b = torch.randn(4, 8), torch.randn(8)
+        y1, y2 = torch.chunk(x + b, 2, dim=-1)
+        same = torch.equal(bias_swiglu(x, b), torch.nn.functional.silu(y1) * y2)
+        print("eager", "torch._dynamo" not in sys.modules, torch.compile is compile_, same)
+    """).stdout
+    assert "eager True True True" in out, out
+    tool = _run_python("""
+        import sys
+        from megatron_endprompt import runtime
+        runtime.install(cpu=True)
+        import megatron.training.training
+        print("dynamo", "torch._dynamo" in sys.modules)
+    """).stdout
+    assert "dynamo True" in tool, tool
+
+
 def test_tp2_trains_and_resumes_exactly(tmp_path: Path) -> None:
     """TP=2: loss falls over 10 iterations; a resume from the iteration-3 torch_dist
     checkpoint reproduces iterations 4-10 exactly (dropout on, RNG state restored)."""
