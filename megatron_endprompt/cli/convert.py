@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runtime.quiet(checkpoints=True)
+    runtime.import_megatron_eager(("megatron_endprompt.conversion",))  # no-op with CUDA
     if args.command == "hf-to-megatron":
         if args.make_vocab_size_divisible_by < 1:
             raise UserError(f"--make-vocab-size-divisible-by {args.make_vocab_size_divisible_by} "

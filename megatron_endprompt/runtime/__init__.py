@@ -39,7 +39,8 @@ from megatron_endprompt.runtime.scoped import cpu_checkpoint_io, cpu_forward
 from megatron_endprompt.runtime.versions import check_megatron_version
 
 __all__ = ["CPU_ARGS", "Ledger", "PatchedFunctionChanged", "check_megatron_version",
-           "cpu_checkpoint_io", "cpu_forward", "fingerprint", "install", "installed_layers",
+           "cpu_checkpoint_io", "cpu_forward", "fingerprint", "import_megatron_eager", "install",
+           "installed_layers",
            "LAYER_NAMES", "patches", "quiet",
            "scoped_env", "tokenizer_env", "uninstall", "with_cpu_args"]
 
@@ -104,7 +105,7 @@ def install(*, cpu: bool | None = None, verbose: bool = True,
     if cpu is None:
         cpu = not torch.cuda.is_available()
     if cpu and trainer:  # first: the version check and the patch modules import Megatron
-        import_megatron_eager()
+        import_megatron_eager()  # a CPU training rank: no import-time torch.compile
     version = check_megatron_version()
     from megatron_endprompt.runtime.cpu import install_cpu_layer
     from megatron_endprompt.runtime.rope import install_rope_fallback

@@ -71,20 +71,22 @@ def install_cpu_layer(ledger: Ledger) -> None:
 EAGER_IMPORTS = ("megatron.training", "megatron.training.training", "megatron.core.models.gpt")
 
 
-def import_megatron_eager() -> bool:
-    """Import :data:`EAGER_IMPORTS` with ``torch.compile`` the identity for the duration, then
-    put it back. Megatron decorates its fused element-wise functions with ``torch.compile`` at
-    import time (``megatron.core.jit.jit_fuser``), which imports torch's dynamo and inductor:
-    ~2-3 s of every CPU rank's start-up, for functions that :data:`CPU_ARGS` keeps off (the
-    bias-SwiGLU/GELU and bias-dropout fusions) or that a Llama never calls (squared ReLU, the
-    attention output gate, L2 norm); left eager, they compute the same. Returns ``False`` when
-    Megatron's modules were imported already (nothing to do). A GPU process never calls it."""
+def import_megatron_eager(modules: tuple[str, ...] = EAGER_IMPORTS) -> bool:
+    """Import ``modules`` (Megatron's, or ours that import it) with ``torch.compile`` the
+    identity for the duration, then put it back. Megatron decorates its fused element-wise
+    functions with ``torch.compile`` at import time (``megatron.core.jit.jit_fuser``), which
+    imports torch's dynamo and inductor: ~2-3 s of every CPU process's start-up, for functions
+    that :data:`CPU_ARGS` keeps off (the bias-SwiGLU/GELU and bias-dropout fusions), that a
+    Llama never calls (squared ReLU, the attention output gate, L2 norm) or that a conversion
+    never runs; left eager, they compute the same. Only without CUDA (a GPU keeps Megatron's
+    compiled fusions). Returns ``False`` when CUDA is present or Megatron-Core was imported
+    already (its functions are decorated: nothing to do)."""
     import importlib
     import sys
 
     import torch
 
-    if any(name in sys.modules for name in EAGER_IMPORTS):
+    if "megatron.core" in sys.modules or torch.cuda.is_available():
         return False
     compile_ = torch.compile
 
@@ -93,7 +95,7 @@ def import_megatron_eager() -> bool:
 
     torch.compile = identity
     try:
-        for name in EAGER_IMPORTS:
+        for name in modules:
             importlib.import_module(name)
     finally:
         torch.compile = compile_

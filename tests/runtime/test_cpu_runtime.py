@@ -172,8 +172,9 @@ def _assert_resume_exact(full: dict[int, list[float]], resumed: dict[int, list[f
 def test_cpu_training_rank_imports_megatron_without_torch_compile() -> None:
     """A CPU training rank (``install(trainer=True)``) imports Megatron with ``torch.compile``
     held back, so its jit-fused functions stay eager and torch's dynamo/inductor are not
-    imported (~2-3 s per rank); ``torch.compile`` itself is torch's again afterwards, and a
-    non-trainer install (a tool, the tests) imports Megatron as before."""
+    imported (~2-3 s per rank); ``torch.compile`` itself is torch's again afterwards; a
+    non-trainer install (the tests) imports Megatron as before; the conversion tool imports it
+    eager too."""
     out = _run_python("""
         import sys, torch
         compile_ = torch.compile
@@ -195,6 +196,16 @@ def test_cpu_training_rank_imports_megatron_without_torch_compile() -> None:
         print("dynamo", "torch._dynamo" in sys.modules)
     """).stdout
     assert "dynamo True" in tool, tool
+    convert = _run_python("""
+        import sys
+        from megatron_endprompt.cli import convert
+        try:  # refused after the conversion modules (and Megatron) were imported
+            convert.main(["megatron-to-hf", "--checkpoint", "/nonexistent", "--output", "/x"])
+        except Exception as exc:
+            print(type(exc).__name__)
+        print("megatron", "megatron.core" in sys.modules, "dynamo", "torch._dynamo" in sys.modules)
+    """).stdout
+    assert "megatron True dynamo False" in convert, convert
 
 
 def test_tp2_trains_and_resumes_exactly(tmp_path: Path) -> None:
