@@ -16,6 +16,7 @@ def main() -> None:
 
     from megatron_endprompt import runtime
 
+    runtime.import_megatron_eager()  # a rank on CPU: no import-time torch.compile
     runtime.install(verbose=False)
     import torch
     from megatron.core import parallel_state as mpu

@@ -1,10 +1,10 @@
 """Tiny Llama-style GPT trained by Megatron-Core's real ``megatron.training.pretrain``.
 
 This is the driver the runtime tests launch under ``torchrun`` (CPU, gloo). It calls
-``megatron_endprompt.runtime.install()`` first, then follows Megatron-LM's own entry flow:
-``parse_and_validate_args`` -> ``pretrain_cfg_container_from_args`` -> ``pretrain``,
-with ``--mock-data`` datasets, a ``GPTModel`` built from the local (non-TE) layer spec
-and a per-token-loss forward step.
+``megatron_endprompt.runtime.install(trainer=True)`` first (as the pretrain entry), then follows
+Megatron-LM's own entry flow: ``parse_and_validate_args`` ->
+``pretrain_cfg_container_from_args`` -> ``pretrain``, with ``--mock-data`` datasets, a
+``GPTModel`` built from the local (non-TE) layer spec and a per-token-loss forward step.
 
 Besides Megatron's usual log, every rank that computes a loss appends one JSON line per
 training micro-batch to ``<--losses-dir>/rank<R>.jsonl`` holding the iteration and the
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     """Install the runtime (the CPU layer here), then run Megatron's pretrain with the tiny GPT."""
     from megatron_endprompt import runtime
 
-    runtime.install()
+    runtime.install(trainer=True)  # a training rank, as the pretrain entry installs it
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 
     from megatron.core.enums import ModelType
