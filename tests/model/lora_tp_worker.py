@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from tests.support.torchrun import install_rank_runtime
+
 S, B, H, F, R, ALPHA = 8, 2, 16, 24, 4, 8.0
 
 
@@ -27,10 +29,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
-    from megatron_endprompt import runtime
-
-    runtime.import_megatron_eager()  # a rank on CPU: no import-time torch.compile
-    runtime.install(verbose=False)
+    install_rank_runtime()
     import torch
     import torch.nn.functional as F_
     from megatron.core import parallel_state as mpu

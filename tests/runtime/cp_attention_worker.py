@@ -8,16 +8,15 @@ import argparse
 import os
 from types import SimpleNamespace
 
+from tests.support.torchrun import install_rank_runtime
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
-    from megatron_endprompt import runtime
-
-    runtime.import_megatron_eager()  # a rank on CPU: no import-time torch.compile
-    runtime.install(verbose=False)
+    install_rank_runtime()
     import torch
     from megatron.core import parallel_state as mpu
     from megatron.core import tensor_parallel

@@ -8,6 +8,8 @@ import argparse
 import os
 import sys
 
+from tests.support.torchrun import install_rank_runtime
+
 
 def _layout(text: str) -> dict[str, int]:
     """``tp=2`` / ``pp=2,cp=1`` -> ``{"tp": 2}`` / ``{"pp": 2, "cp": 1}``."""
@@ -21,10 +23,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
-    from megatron_endprompt import runtime
-
-    runtime.import_megatron_eager()  # a rank on CPU: no import-time torch.compile
-    runtime.install()
+    install_rank_runtime(verbose=True)
     import torch
     from megatron.core import parallel_state as mpu
     from megatron.training import global_vars
