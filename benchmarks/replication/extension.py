@@ -203,11 +203,11 @@ class Extension:
         self.samples = extension_eval.build_samples(TextTokens(self.tok), self.plan)
         self.fill = extension_eval.fill_stats(self.samples)
 
-    def _model(self, tag: str):
+    def load_model(self, tag: str):
         return extension_eval.runner.load_model(self.path(f"hf_{tag}"), device="cpu",
                                                 dtype="float32")
 
-    def _evaluate(self, model, tag: str) -> dict:
+    def evaluate(self, model, tag: str) -> dict:
         out = extension_eval.evaluate(model, self.tok, self.samples, self.plan)
         print(f"  eval {tag}: " + " ".join(f"{t}@{n}={k:.0f}/{m}" for t, d in
                                            out["counts"].items() for n, (k, m) in d.items())
@@ -233,7 +233,7 @@ class Extension:
         """The base at ``s = 1`` (``base_s1``) or with PI (``base_pi``), evaluated."""
         sig = {"base": {k: self.c[k] for k in (*BASE_KEYS, *MORE_KEYS)}, "L": self.L,
                "P": self.P, "samples": self.c["samples"]}
-        return self.cached(tag, sig, lambda: self._evaluate(self._model(tag), tag))
+        return self.cached(tag, sig, lambda: self.evaluate(self.load_model(tag), tag))
 
     def row(self, r: RowSpec, seed: int) -> dict:
         """Fine-tune row ``r`` from the base with one seed and evaluate it."""
@@ -255,14 +255,14 @@ class Extension:
                                                       seed=1000 + seed)
         entry = {"tokens_per_step": per_step * seq, "sequences_per_step": per_step,
                  "steps": c["ft_iters"]}
-        model = self._model("base_pi")
+        model = self.load_model("base_pi")
         entry.update(extension_train.finetune(model, batches, steps=c["ft_iters"],
                                               lr=c["ft_lr"], warmup=c["ft_warmup"],
                                               seed=1000 + seed))
         losses = list(entry["losses"].values())
         print(f"[{tag}] {entry['train_wall_s']:.0f} s, {entry['step_ms']:.0f} ms/step, loss "
               f"{losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
-        entry.update(self._evaluate(model, tag))
+        entry.update(self.evaluate(model, tag))
         entry["wall_s"] = round(time.time() - t0, 1)
         return entry
 
@@ -282,6 +282,11 @@ class Extension:
         if (lay.seq_length, lay.target_length) != (self.P, self.L):
             raise SystemExit(f"error: row {r.key}: {prefix}: P, L = {lay.seq_length}, "
                              f"{lay.target_length}, not {self.P}, {self.L}")
+
+
+def summarize(results: dict) -> None:
+    """The protocol's statistics over :data:`PAIRS`, in place (``extension_report.summarize``)."""
+    extension_report.summarize(results, PAIRS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,8 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.rerender:
-        return rerender(args.rerender, lambda r: extension_report.summarize(r, PAIRS),
-                        extension_report.write_md)
+        return rerender(args.rerender, summarize, extension_report.write_md)
     c = dict(SIZES)
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
     rows = [k for k in c["rows"].split(",") if k]
@@ -355,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             if ROWS[k].trains:
                 results["rows"][k]["seeds"][str(seed)] = ext.row(ROWS[k], seed)
         seed_done(results, timings, seed=seed, t0=t0, t_all=t_all, out_json=out_json,
-                  summarize=lambda r: extension_report.summarize(r, PAIRS),
-                  write_md=extension_report.write_md)
+                  summarize=summarize, write_md=extension_report.write_md)
     print("\n" + open(os.path.splitext(out_json)[0] + ".md", encoding="utf-8").read())
     return 0
 

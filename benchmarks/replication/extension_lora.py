@@ -127,7 +127,7 @@ class LoraBlock:
         sig = {"base": {k: c[k] for k in (*extension.BASE_KEYS, *extension.MORE_KEYS)},
                "L": ext.L, **{k: c[k] for k in ("ppl_docs", "ppl_doc_tokens", "ppl_stride")}}
         entry["ppl"] = ext.cached(f"ppl_{tag}", sig, lambda: {"ppl": self.ppl(
-            ext._model(tag))})["ppl"]
+            ext.load_model(tag))})["ppl"]
         return entry
 
     def arm(self, a: Arm, seed: int) -> dict:
@@ -156,13 +156,18 @@ class LoraBlock:
         entry["params"] = checkpoint_params(ckpt)
         run.convert(ckpt, ext.path(f"hf_{tag}"), target=ext.L, pi=float(ext.s))
         shutil.rmtree(ckpt, ignore_errors=True)  # the merged HF export stays
-        model = ext._model(tag)
-        entry.update(ext._evaluate(model, tag))
+        model = ext.load_model(tag)
+        entry.update(ext.evaluate(model, tag))
         entry["ppl"] = self.ppl(model)
         print(f"[{tag}] trainable {entry['params']['trainable']:,}, held-out PPL "
               + ", ".join(f"@{n} {v['ppl']:.3f}" for n, v in entry["ppl"].items()), flush=True)
         entry["wall_s"] = round(time.time() - t0, 1)
         return entry
+
+
+def summarize(results: dict) -> None:
+    """The block's statistics over :data:`PAIRS`, in place (``report.summarize``)."""
+    report.summarize(results, PAIRS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,8 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.rerender:
-        return extension.rerender(args.rerender, lambda r: report.summarize(r, PAIRS),
-                                  report.write_md)
+        return extension.rerender(args.rerender, summarize, report.write_md)
     c = dict(SIZES["smoke" if args.smoke else "full"])
     c.update({k: v for k, v in vars(args).items() if k in c and v is not None})
     arms = [k for k in c["arms"].split(",") if k]
@@ -230,14 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seeds):
         t0 = time.time()
         order = arms[seed % len(arms):] + arms[:seed % len(arms)]  # drift hits every arm
-        for k in order:
+        for k in order:  # each arm's seeds stay in seed order: one seed per pass
             results["arms"][k]["seeds"][str(seed)] = block.arm(ARMS[k], seed)
-        results["arms"] = {k: {**v, "seeds": dict(sorted(v["seeds"].items(),
-                                                         key=lambda kv: int(kv[0])))}
-                           for k, v in results["arms"].items()}
         extension.seed_done(results, timings, seed=seed, t0=t0, t_all=t_all,
-                            out_json=out_json, summarize=lambda r: report.summarize(r, PAIRS),
-                            write_md=report.write_md)
+                            out_json=out_json, summarize=summarize, write_md=report.write_md)
     print("\n" + open(os.path.splitext(out_json)[0] + ".md", encoding="utf-8").read())
     return 0
 

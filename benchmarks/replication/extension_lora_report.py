@@ -171,12 +171,8 @@ def paired_table(results: dict) -> str:
             if key == "iteration1_equal":
                 continue
             name, kind = names[key]
-            mean, ci = fmt_paired(d, kind)
-            if stats.resolved(d):
-                mean, ci = f"**{mean}**", f"**{ci}**"
-            rows.append(f"| ({pair.replace('-', ') - (')}) | {name} | {mean} | {ci} | "
-                        f"{stats.fmt_p(d['p'])} | {stats.fmt_p(d.get('p_holm'))} | "
-                        f"{len(d['per_seed'])} |")
+            rows.append(stats.diff_row([stats.pair_label(pair), name], d,
+                                       *fmt_paired(d, kind)))
     return "\n".join(rows)
 
 

@@ -123,12 +123,7 @@ def paired_table(results: dict, family: str) -> str:
             "|---|---|---|---|---|---|---|"]
     for name, by_t in results["paired"][family].items():
         for t, d in by_t.items():
-            mean, ci = f"{100 * d['mean']:+.1f}", stats.fmt_interval(d)
-            if stats.resolved(d):
-                mean, ci = f"**{mean}**", f"**{ci}**"
-            rows.append(f"| ({name.replace('-', ') - (')}) | {SHORT[t]} | {mean} | {ci} | "
-                        f"{stats.fmt_p(d['p'])} | {stats.fmt_p(d.get('p_holm'))} | "
-                        f"{len(d['per_seed'])} |")
+            rows.append(stats.diff_row([stats.pair_label(name), SHORT[t]], d))
     return "\n".join(rows)
 
 

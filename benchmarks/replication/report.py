@@ -100,7 +100,7 @@ def paired_table(results: dict) -> str:
         for t, by_len in by_task.items():
             for n, d in by_len.items():
                 if d is not None:
-                    rows.append(diff_row(f"({name.replace('-', ') - (')})", t, n, d))
+                    rows.append(diff_row(stats.pair_label(name), t, n, d))
     return "\n".join(rows)
 
 
@@ -111,14 +111,8 @@ DIFF_RULE = "|---|---|---|---|---|---|---|---|"
 
 
 def diff_row(label: str, task: str, length: str, d: dict) -> str:
-    """One paired difference; its mean and interval in bold only where it survives Holm's
-    correction over its table (``stats.resolved``)."""
-    mean, ci = f"{100 * d['mean']:+.1f}", stats.fmt_interval(d)
-    if stats.resolved(d):
-        mean, ci = f"**{mean}**", f"**{ci}**"
-    return (f"| {label} | {SHORT.get(task, task)} | {length} | {mean} | {ci} | "
-            f"{stats.fmt_p(d.get('p'))} | {stats.fmt_p(d.get('p_holm'))} | "
-            f"{len(d['per_seed'])} |")
+    """One paired difference of accuracy (:func:`stats.diff_row`)."""
+    return stats.diff_row([label, SHORT.get(task, task), length], d)
 
 
 def sweep_table(results: dict) -> str:

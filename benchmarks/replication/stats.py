@@ -184,6 +184,24 @@ def fmt_interval(d: dict) -> str:
     return f"[{100 * d['t95'][0]:+.1f}, {100 * d['t95'][1]:+.1f}]"
 
 
+def pair_label(name: str) -> str:
+    """A paired difference's name as tables print it: ``x-y`` -> ``(x) - (y)``."""
+    return f"({name.replace('-', ') - (')})"
+
+
+def diff_row(cells: Sequence[str], d: dict, mean: str | None = None,
+             ci: str | None = None) -> str:
+    """One table row of a paired difference: ``cells`` (what it is), its mean and interval
+    (signed points unless given), p, Holm p and seed count; mean and interval in bold only
+    where it survives Holm's correction over its table (:func:`resolved`)."""
+    if mean is None:
+        mean, ci = f"{100 * d['mean']:+.1f}", fmt_interval(d)
+    if resolved(d):
+        mean, ci = f"**{mean}**", f"**{ci}**"
+    return ("| " + " | ".join([*cells, mean, ci, fmt_p(d.get("p")), fmt_p(d.get("p_holm")),
+                               str(len(d["per_seed"]))]) + " |")
+
+
 def fmt_p(p: float | None) -> str:
     """A p-value as tables print it (``-`` without a test)."""
     if p is None:

@@ -16,6 +16,9 @@ the pretrain entry adds the ones the user did not set.
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 from megatron_endprompt.runtime.ledger import Ledger
 from megatron_endprompt.runtime.process import set_env_default
 
@@ -81,10 +84,7 @@ def import_megatron_eager(modules: tuple[str, ...] = EAGER_IMPORTS) -> bool:
     never runs; left eager, they compute the same. Only without CUDA (a GPU keeps Megatron's
     compiled fusions). Returns ``False`` when CUDA is present or Megatron-Core was imported
     already (its functions are decorated: nothing to do)."""
-    import importlib
-    import sys
-
-    import torch
+    import torch  # not at module level: the launcher's checks import this module torch-free
 
     if "megatron.core" in sys.modules or torch.cuda.is_available():
         return False

@@ -86,10 +86,10 @@ def _stop_poll(text: str | None) -> None:
     if text is None:
         return
     try:
-        ok = math.isfinite(float(text)) and float(text) > 0
+        seconds = float(text)
     except ValueError:
-        ok = False
-    if not ok:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
         raise UserError(f"STOP_POLL_SECONDS={text!r}: give seconds > 0, e.g. 2 or 0.5")
 
 
