@@ -174,7 +174,7 @@ def test_cpu_training_rank_imports_megatron_without_torch_compile() -> None:
     held back, so its jit-fused functions stay eager and torch's dynamo/inductor are not
     imported (~2-3 s per rank); ``torch.compile`` itself is torch's again afterwards; a
     non-trainer install (the tests) imports Megatron as before; the conversion tool imports it
-    eager too."""
+    eager too; with CUDA (faked) nothing is imported eager."""
     out = _run_python("""
         import sys, torch
         compile_ = torch.compile
@@ -206,6 +206,13 @@ def test_cpu_training_rank_imports_megatron_without_torch_compile() -> None:
         print("megatron", "megatron.core" in sys.modules, "dynamo", "torch._dynamo" in sys.modules)
     """).stdout
     assert "megatron True dynamo False" in convert, convert
+    gpu = _run_python("""
+        import sys, torch
+        torch.cuda.is_available = lambda: True  # a GPU machine keeps the compiled fusions
+        from megatron_endprompt import runtime
+        print("gpu", runtime.import_megatron_eager(), "megatron.core" in sys.modules)
+    """).stdout
+    assert "gpu False False" in gpu, gpu
 
 
 def test_tp2_trains_and_resumes_exactly(tmp_path: Path) -> None:
